@@ -1,0 +1,95 @@
+"""The normalized records every reader produces and the writer consumes.
+
+Readers (Hub Parquet shards, Harbor trace directories) know formats; the writer knows SQL.
+These dataclasses are the only thing the two sides share, so a reader never touches the
+database and the writer never parses a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass
+class Turn:
+    """One message of an episode, in conversation order."""
+
+    role: str
+    content: str | None
+    # Everything else the source says about this message: unknown keys of a Hub message
+    # struct, or for trace directories the step's tool_calls, metrics, timestamp, step_id.
+    extra: dict[str, Any] | None = None
+
+
+@dataclass
+class Episode:
+    """One exported episode: a conversation prefix of a trial, as Harbor's exporter makes it."""
+
+    episode_index: int
+    turns: list[Turn]
+    trace_source: str = "main"
+    # Position of the row inside its unit (a shard's row number; for a trace directory the
+    # index of the episode in reading order), recorded as provenance.
+    row_number: int | None = None
+    # Optional per-row columns kept verbatim (tool_definitions, conversations_sharegpt,
+    # token-id columns, any unknown column), and the raw `episode` string when it is not
+    # exactly f"episode-{episode_index}".
+    extra: dict[str, Any] | None = None
+
+
+@dataclass
+class Trial:
+    """One attempt of a task in a run, with the episodes read for it from this unit."""
+
+    run_key: str
+    trial_name: str
+    task_name: str | None = None
+    status: str = "complete"  # "complete" | "incomplete" (no result.json)
+    agent: str | None = None
+    agent_version: str | None = None
+    model: str | None = None
+    model_provider: str | None = None
+    # Raw `result` string as exported (reward, exception class name, or None) and its parse.
+    result: str | None = None
+    reward: float | None = None
+    rewards: dict[str, float] | None = None
+    exception_type: str | None = None
+    exception_message: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    # The trial start exactly as the source wrote it (Hub `date`, result.json `started_at`).
+    date_raw: str | None = None
+    n_input_tokens: int | None = None
+    n_cache_tokens: int | None = None
+    n_output_tokens: int | None = None
+    cost_usd: float | None = None
+    verifier_output: str | None = None
+    instruction: str | None = None
+    task_checksum: str | None = None
+    # The `run_id` value the source carried (a job UUID, or the trial name for RL rollouts).
+    source_run_id: str | None = None
+    # Structured detail the hot columns do not hold: phase timings, step results, configs.
+    detail: dict[str, Any] | None = None
+    episodes: list[Episode] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    """Run-level facts a source knows (a Harbor job's config.json/result.json)."""
+
+    run_key: str
+    name: str | None = None
+    job_id: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    detail: dict[str, Any] | None = None
+
+
+@dataclass
+class Rejected:
+    """A row or file a reader could not use: reported, counted, never silently dropped."""
+
+    where: str  # "file.parquet row 17" or "trial_dir/result.json"
+    reason: str

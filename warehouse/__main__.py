@@ -1,0 +1,3 @@
+from warehouse.cli.app import main
+
+main()

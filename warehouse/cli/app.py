@@ -1,0 +1,77 @@
+"""The `warehouse` command: a thin layer over the library. Data goes to stdout; progress,
+logs and errors to stderr. Exit 0 on success, 1 on a runtime or data error (one line, no
+traceback), 2 on a usage error."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import click
+import typer
+from sqlalchemy.exc import OperationalError, ProgrammingError
+from typer.core import TyperGroup
+
+from warehouse import __version__
+from warehouse.cli import db as db_cli
+from warehouse.cli.context import State
+from warehouse.db.engine import ENV_VAR
+from warehouse.errors import WarehouseError
+
+
+class _Group(TyperGroup):
+    """Turns the errors a user can act on into click's one-line `Error: …` and exit 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except WarehouseError as exc:
+            raise click.ClickException(str(exc)) from None
+        except (OperationalError, ProgrammingError) as exc:
+            first_line = str(exc.orig or exc).strip().splitlines()[0]
+            raise click.ClickException(f"database error: {first_line}") from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    help="The trajectory warehouse: agent trajectories from Harbor runs and Hub datasets, in SQL.",
+)
+app.add_typer(db_cli.app, name="db")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"warehouse {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    db: Annotated[
+        Optional[str],
+        typer.Option(
+            "--db",
+            envvar=ENV_VAR,
+            help="SQLAlchemy URL (sqlite:///…, postgresql+psycopg://…) or a SQLite file path. "
+            "Default: ./warehouse.db",
+            show_envvar=True,
+        ),
+    ] = None,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    ctx.obj = State(db=db)
+
+
+def _register() -> None:
+    # Command modules are imported here so `app` exists before they attach to it.
+    from warehouse.cli import ingest as _ingest  # noqa: F401
+
+
+def main() -> None:
+    _register()
+    app()

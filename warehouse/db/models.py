@@ -1,0 +1,247 @@
+"""The warehouse schema. Table and column names are the public interface people write SQL
+against: add columns freely, rename nothing. Alembic revisions copy these definitions rather
+than import them, so a revision keeps meaning what it meant when it was written."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from warehouse.db.types import Blob, Id, Json, UtcDateTime
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {
+        int: Integer,
+        str: Text,
+        float: Float,
+        datetime: UtcDateTime,
+        dict[str, Any]: Json,
+        bytes: Blob,
+    }
+
+
+def created_at() -> Mapped[datetime]:
+    return mapped_column(UtcDateTime, server_default=func.current_timestamp())
+
+
+# --- the ingest ledger -------------------------------------------------------------------
+
+
+class Source(Base):
+    """A Hub dataset, a local Parquet folder or file, or a trace directory root."""
+
+    __tablename__ = "sources"
+    __table_args__ = (UniqueConstraint("kind", "uri"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    kind: Mapped[str]  # "hub" | "parquet" | "traces"
+    uri: Mapped[str]
+    name: Mapped[str]
+    revision: Mapped[str | None]
+    card: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime] = created_at()
+
+
+class Load(Base):
+    """One ingested unit (a Parquet shard or a trial directory), written in the same
+    transaction as its rows: if the ledger says a unit loaded, all of it did."""
+
+    __tablename__ = "loads"
+    __table_args__ = (UniqueConstraint("source_id", "content_hash"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    source_id: Mapped[int] = mapped_column(ForeignKey("sources.id"))
+    unit: Mapped[str]  # path of the shard or trial directory, relative to the source
+    content_hash: Mapped[str]
+    status: Mapped[str]  # "loaded"
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime]
+    tool_version: Mapped[str]
+    n_rows: Mapped[int] = mapped_column(default=0)
+    n_trials: Mapped[int] = mapped_column(default=0)
+    n_episodes_new: Mapped[int] = mapped_column(default=0)
+    n_episodes_duplicate: Mapped[int] = mapped_column(default=0)
+    n_conflicts: Mapped[int] = mapped_column(default=0)
+    n_rejected: Mapped[int] = mapped_column(default=0)
+    n_turns: Mapped[int] = mapped_column(default=0)
+    n_bytes: Mapped[int] = mapped_column(default=0)
+    # The shard's Arrow schema, so an export can write the columns back with their types.
+    arrow_schema: Mapped[str | None]
+    detail: Mapped[dict[str, Any] | None]
+
+
+# --- what was run ------------------------------------------------------------------------
+
+
+class Run(Base):
+    """A Harbor job, an RL run or a sweep. `run_key` is the job UUID, or for RL rollouts
+    (whose run_id is only the trial name) the name the source was ingested under."""
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    run_key: Mapped[str] = mapped_column(unique=True)
+    name: Mapped[str | None]
+    job_id: Mapped[str | None]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    detail: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime] = created_at()
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(unique=True)
+    checksum: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+
+
+class Trial(Base):
+    """One attempt of a task in a run. `result` is the exported string kept raw; `reward`
+    and `exception_type` are its parse (or, from trace directories, the full truth)."""
+
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("run_id", "trial_name"),
+        Index(None, "task_id"),
+        Index(None, "instruction_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"))
+    task_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id"))
+    trial_name: Mapped[str]
+    status: Mapped[str]  # "complete" | "incomplete"
+    agent: Mapped[str | None]
+    agent_version: Mapped[str | None]
+    model: Mapped[str | None]
+    model_provider: Mapped[str | None]
+    result: Mapped[str | None]
+    reward: Mapped[float | None]
+    rewards: Mapped[dict[str, Any] | None]
+    exception_type: Mapped[str | None]
+    exception_message: Mapped[str | None]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    date_raw: Mapped[str | None]
+    n_input_tokens: Mapped[int | None]
+    n_cache_tokens: Mapped[int | None]
+    n_output_tokens: Mapped[int | None]
+    cost_usd: Mapped[float | None]
+    verifier_output: Mapped[str | None]
+    instruction_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"))
+    task_checksum: Mapped[str | None]
+    source_run_id: Mapped[str | None]
+    # Phase timings, step results, configs, and the exact bytes of any text column whose
+    # value could not be stored as is (see warehouse.texts).
+    detail: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime] = created_at()
+
+
+class Episode(Base):
+    """One exported episode of a trial. `conversation_hash` decides whether a second copy
+    from another source is a duplicate (same hash) or a conflict (different hash)."""
+
+    __tablename__ = "episodes"
+    __table_args__ = (UniqueConstraint("trial_id", "trace_source", "episode_index"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"))
+    trace_source: Mapped[str]
+    episode_index: Mapped[int]
+    n_turns: Mapped[int]
+    n_chars: Mapped[int]
+    conversation_hash: Mapped[str]
+    extra: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime] = created_at()
+
+
+class Turn(Base):
+    __tablename__ = "turns"
+    __table_args__ = (Index(None, "message_id"),)
+
+    episode_id: Mapped[int] = mapped_column(ForeignKey("episodes.id"), primary_key=True)
+    idx: Mapped[int] = mapped_column(primary_key=True)
+    role: Mapped[str]
+    message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"))
+    extra: Mapped[dict[str, Any] | None]
+
+
+class Message(Base):
+    """Distinct message text, stored once however many turns repeat it."""
+
+    __tablename__ = "messages"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    content_hash: Mapped[bytes] = mapped_column(unique=True)
+    content: Mapped[str]
+    # The exact UTF-8 when `content` had to be made safe (NUL, lone surrogates); else NULL.
+    content_raw: Mapped[bytes | None]
+    n_chars: Mapped[int]
+
+
+# --- provenance and conflicts ------------------------------------------------------------
+
+
+class EpisodeLoad(Base):
+    """Which unit (and row of it) each episode came from; one episode can be in many."""
+
+    __tablename__ = "episode_loads"
+    __table_args__ = (Index(None, "episode_id"),)
+
+    load_id: Mapped[int] = mapped_column(ForeignKey("loads.id"), primary_key=True)
+    row_number: Mapped[int] = mapped_column(primary_key=True)
+    episode_id: Mapped[int] = mapped_column(ForeignKey("episodes.id"))
+
+
+class TrialLoad(Base):
+    """Which units mention each trial, including trials that have no episodes."""
+
+    __tablename__ = "trial_loads"
+    __table_args__ = (Index(None, "load_id"),)
+
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"), primary_key=True)
+    load_id: Mapped[int] = mapped_column(ForeignKey("loads.id"), primary_key=True)
+
+
+class Conflict(Base):
+    """The same natural key arrived with different content. The first version is kept; the
+    other is described here so nothing is silently overwritten."""
+
+    __tablename__ = "conflicts"
+    __table_args__ = (Index(None, "load_id"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    load_id: Mapped[int] = mapped_column(ForeignKey("loads.id"))
+    entity: Mapped[str]  # "trial" | "episode"
+    entity_id: Mapped[int] = mapped_column(Id)
+    field: Mapped[str | None]
+    kept: Mapped[dict[str, Any] | None]
+    incoming: Mapped[dict[str, Any] | None]
+    row_number: Mapped[int | None]
+    created_at: Mapped[datetime] = created_at()

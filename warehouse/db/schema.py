@@ -1,0 +1,93 @@
+"""The schema's version: upgrading it, reading it, and refusing to work on the wrong one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, inspect
+
+from warehouse.db.engine import make_engine, redact
+from warehouse.errors import SchemaError
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def alembic_config(engine: Engine) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def script() -> ScriptDirectory:
+    return ScriptDirectory(str(MIGRATIONS_DIR))
+
+
+def head_revision() -> str:
+    heads = script().get_heads()
+    if len(heads) != 1:
+        raise SchemaError(f"the migrations have {len(heads)} heads ({', '.join(heads)}); merge them")
+    return heads[0]
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def is_empty(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        return not inspect(conn).get_table_names()
+
+
+def _run(engine: Engine, fn, *args) -> None:
+    # Migrations run on their own engine: SQLite's batch mode must not enforce foreign keys
+    # while it rebuilds tables.
+    migration_engine = make_engine(engine.url, for_migrations=True)
+    try:
+        with migration_engine.begin() as conn:
+            cfg = alembic_config(migration_engine)
+            cfg.attributes["connection"] = conn
+            fn(cfg, *args)
+    finally:
+        migration_engine.dispose()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    _run(engine, command.upgrade, revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    _run(engine, command.downgrade, revision)
+
+
+def ensure_current(engine: Engine, *, create: bool = False) -> None:
+    """Refuse a stale, newer or foreign schema with one line naming the fix.
+
+    An empty database is not stale: with `create` it is brought to head (what `ingest` does);
+    without it, it is refused with the command that creates it."""
+    head = head_revision()
+    current = current_revision(engine)
+    where = redact(engine.url)
+    if current == head:
+        return
+    if current is None:
+        if is_empty(engine):
+            if create:
+                upgrade(engine)
+                return
+            raise SchemaError(
+                f"{where} holds no warehouse yet: run `warehouse ingest …` or `warehouse db upgrade`"
+            )
+        raise SchemaError(f"{where} holds tables but no warehouse schema version: point --db at a warehouse")
+    known = {rev.revision for rev in script().walk_revisions()}
+    if current not in known:
+        raise SchemaError(
+            f"{where} is at schema {current}, which this version of warehouse does not know "
+            f"(newer or foreign): upgrade the warehouse tool"
+        )
+    raise SchemaError(f"{where} is at schema {current}, this tool needs {head}: run `warehouse db upgrade`")

@@ -1,0 +1,67 @@
+"""Lossless storage of arbitrary Python strings in SQL text and JSON columns.
+
+PostgreSQL `text` and `jsonb` reject NUL characters, and no UTF-8 column on either backend
+can hold a lone surrogate (JSON escapes such as "\\ud800" produce them). The warehouse keeps
+every such string exactly: text columns hold a display-safe copy and a companion bytes
+column holds the exact UTF-8 (with surrogates passed through) only when the two differ; JSON
+values wrap each unsafe string in a one-key object.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any
+
+_UNSAFE = re.compile("[\x00\ud800-\udfff]")
+_WRAP_KEY = "$warehouse_text_b64"
+REPLACEMENT = "\ufffd"
+
+
+def is_safe(text: str) -> bool:
+    return _UNSAFE.search(text) is None
+
+
+def to_bytes(text: str) -> bytes:
+    """The exact UTF-8 of any Python string, lone surrogates included."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def from_bytes(data: bytes) -> str:
+    return data.decode("utf-8", "surrogatepass")
+
+
+def split_text(text: str | None) -> tuple[str | None, bytes | None]:
+    """(display-safe text, exact bytes or None when the text is already safe)."""
+    if text is None or is_safe(text):
+        return text, None
+    return _UNSAFE.sub(REPLACEMENT, text), to_bytes(text)
+
+
+def join_text(text: str | None, raw: bytes | None) -> str | None:
+    return from_bytes(raw) if raw is not None else text
+
+
+def json_to_db(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if is_safe(value) else {_WRAP_KEY: base64.b64encode(to_bytes(value)).decode()}
+    if isinstance(value, dict):
+        return {json_to_db_key(k): json_to_db(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_to_db(v) for v in value]
+    return value
+
+
+def json_to_db_key(key: Any) -> Any:
+    # Keys are short names in every format we read; an unsafe one is replaced, not wrapped.
+    return _UNSAFE.sub(REPLACEMENT, key) if isinstance(key, str) else key
+
+
+def json_from_db(value: Any) -> Any:
+    if isinstance(value, dict):
+        if len(value) == 1 and _WRAP_KEY in value:
+            return from_bytes(base64.b64decode(value[_WRAP_KEY]))
+        return {k: json_from_db(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_from_db(v) for v in value]
+    return value
