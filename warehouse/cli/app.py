@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-import click
+import sys
+
 import typer
 from sqlalchemy.exc import OperationalError, ProgrammingError
 from typer.core import TyperGroup
@@ -19,16 +20,15 @@ from warehouse.errors import WarehouseError
 
 
 class _Group(TyperGroup):
-    """Turns the errors a user can act on into click's one-line `Error: …` and exit 1."""
+    """Database errors a user can act on (a server that does not answer, SQL that does not
+    parse) become WarehouseErrors, which main() prints as one line."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except WarehouseError as exc:
-            raise click.ClickException(str(exc)) from None
         except (OperationalError, ProgrammingError) as exc:
-            first_line = str(exc.orig or exc).strip().splitlines()[0]
-            raise click.ClickException(f"database error: {first_line}") from None
+            first_line = (str(exc.orig or exc).strip().splitlines() or ["unknown"])[0]
+            raise WarehouseError(f"database error: {first_line}") from None
 
 
 app = typer.Typer(
@@ -74,4 +74,8 @@ def _register() -> None:
 
 def main() -> None:
     _register()
-    app()
+    try:
+        app()
+    except WarehouseError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,103 @@
+"""Every database test runs on a real SQLite file and on a real PostgreSQL server.
+
+PostgreSQL comes from $WAREHOUSE_TEST_PG_URL (a URL to a database whose user may create
+databases). Without it the PostgreSQL half is skipped locally; under CI (or with
+WAREHOUSE_REQUIRE_PG=1) a missing or unreachable server is a failure, not a skip."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from warehouse.db import schema
+from warehouse.db.engine import make_engine, resolve_url
+
+PG_URL = os.environ.get("WAREHOUSE_TEST_PG_URL")
+REQUIRE_PG = bool(os.environ.get("CI") or os.environ.get("WAREHOUSE_REQUIRE_PG"))
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def _pg_admin_conninfo() -> str:
+    url = make_url(PG_URL).set(drivername="postgresql")
+    return url.render_as_string(hide_password=False)
+
+
+def _no_postgres(reason: str) -> None:
+    if REQUIRE_PG:
+        pytest.fail(f"PostgreSQL is required here but {reason}")
+    pytest.skip(f"PostgreSQL tests need WAREHOUSE_TEST_PG_URL ({reason})")
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A database at the head revision, cloned by each test that needs a fresh warehouse."""
+    if not PG_URL:
+        _no_postgres("WAREHOUSE_TEST_PG_URL is not set")
+    name = f"wh_tmpl_{uuid.uuid4().hex[:10]}"
+    try:
+        admin = psycopg.connect(_pg_admin_conninfo(), autocommit=True)
+    except psycopg.OperationalError as exc:
+        _no_postgres(f"the server did not answer: {exc}")
+    admin.execute(f'CREATE DATABASE "{name}"')
+    engine = make_engine(resolve_url(_db_url(name)))
+    schema.upgrade(engine)
+    engine.dispose()
+    yield name
+    admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
+
+
+def _db_url(name: str) -> str:
+    return make_url(PG_URL).set(drivername="postgresql+psycopg", database=name).render_as_string(
+        hide_password=False
+    )
+
+
+def _fresh_pg(template: str | None) -> Iterator[str]:
+    if not PG_URL:
+        _no_postgres("WAREHOUSE_TEST_PG_URL is not set")
+    name = f"wh_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_pg_admin_conninfo(), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template or "template0"}"')
+    yield _db_url(name)
+    with psycopg.connect(_pg_admin_conninfo(), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def empty_db_url(backend, tmp_path) -> Iterator[str]:
+    """A URL to a database that exists and holds nothing."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'warehouse.db'}"
+    else:
+        yield from _fresh_pg(None)
+
+
+@pytest.fixture
+def db_url(backend, tmp_path, request) -> Iterator[str]:
+    """A URL to a fresh warehouse at the head revision."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+        engine = make_engine(resolve_url(url))
+        schema.upgrade(engine)
+        engine.dispose()
+        yield url
+    else:
+        yield from _fresh_pg(request.getfixturevalue("pg_template"))
+
+
+@pytest.fixture
+def engine(db_url):
+    eng = make_engine(resolve_url(db_url))
+    yield eng
+    eng.dispose()

@@ -1,0 +1,138 @@
+"""The schema under Alembic: one head, upgrade from empty, every step down and up, models
+that match the migrations, and commands that refuse a schema they do not know."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import inspect, text
+
+from warehouse.db import schema
+from warehouse.db.engine import make_engine, resolve_url
+from warehouse.db.models import Base
+from warehouse.errors import SchemaError
+
+TABLES = {
+    "sources", "loads", "runs", "tasks", "trials", "episodes", "turns", "messages",
+    "episode_loads", "trial_loads", "conflicts",
+}
+VIEWS = {"turn_text", "trial_summary"}
+
+
+@pytest.fixture
+def empty_engine(empty_db_url):
+    eng = make_engine(resolve_url(empty_db_url))
+    yield eng
+    eng.dispose()
+
+
+def _revisions_oldest_first() -> list[str]:
+    return [rev.revision for rev in reversed(list(schema.script().walk_revisions()))]
+
+
+def test_single_head():
+    assert len(schema.script().get_heads()) == 1
+
+
+def test_upgrade_from_empty_creates_tables_and_views(empty_engine):
+    schema.upgrade(empty_engine)
+    insp = inspect(empty_engine)
+    assert TABLES <= set(insp.get_table_names())
+    assert VIEWS <= set(insp.get_view_names())
+    assert schema.current_revision(empty_engine) == schema.head_revision()
+
+
+def test_every_revision_down_and_up(empty_engine):
+    revisions = _revisions_oldest_first()
+    for rev in revisions:
+        schema.upgrade(empty_engine, rev)
+        assert schema.current_revision(empty_engine) == rev
+        down_to = schema.script().get_revision(rev).down_revision or "base"
+        schema.downgrade(empty_engine, down_to)
+        assert schema.current_revision(empty_engine) == (None if down_to == "base" else down_to)
+        schema.upgrade(empty_engine, rev)
+    schema.downgrade(empty_engine, "base")
+    assert not (set(inspect(empty_engine).get_table_names()) & TABLES)
+
+
+def test_models_match_migrations(empty_engine):
+    schema.upgrade(empty_engine)
+    with empty_engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+    assert diff == []
+
+
+def test_views_answer_queries(engine):
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM turn_text")).scalar() == 0
+        assert conn.execute(text("SELECT count(*) FROM trial_summary")).scalar() == 0
+
+
+def test_current_schema_is_accepted(engine):
+    schema.ensure_current(engine)
+
+
+def test_empty_database_is_created_on_demand_or_refused(empty_engine):
+    with pytest.raises(SchemaError, match="db upgrade"):
+        schema.ensure_current(empty_engine)
+    schema.ensure_current(empty_engine, create=True)
+    assert schema.current_revision(empty_engine) == schema.head_revision()
+
+
+def test_stale_schema_is_refused(engine):
+    schema.downgrade(engine, "base")
+    schema.upgrade(engine, _revisions_oldest_first()[0])
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0000'"))
+    with pytest.raises(SchemaError, match="does not know"):
+        schema.ensure_current(engine)
+
+
+def test_newer_schema_is_refused(engine):
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'ffffnewer'"))
+    with pytest.raises(SchemaError, match="newer or foreign"):
+        schema.ensure_current(engine)
+
+
+def test_foreign_database_is_refused(empty_engine):
+    with empty_engine.begin() as conn:
+        conn.execute(text("CREATE TABLE something_else (x INTEGER)"))
+    with pytest.raises(SchemaError, match="no warehouse schema version"):
+        schema.ensure_current(empty_engine, create=True)
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "warehouse", *args], capture_output=True, text=True, env=env)
+
+
+def test_cli_upgrade_current_is_idempotent(empty_db_url):
+    first = _cli("--db", empty_db_url, "db", "upgrade")
+    assert first.returncode == 0, first.stderr
+    current = _cli("--db", empty_db_url, "db", "current")
+    assert current.stdout.strip() == schema.head_revision()
+    second = _cli("--db", empty_db_url, "db", "upgrade")
+    assert second.returncode == 0 and "already at" in second.stderr
+    assert ":***@" in second.stderr or "postgresql" not in empty_db_url
+
+
+def test_cli_refuses_stale_schema_in_one_line(db_url):
+    eng = make_engine(resolve_url(db_url))
+    with eng.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'ffffnewer'"))
+    eng.dispose()
+    result = _cli("--db", db_url, "db", "check")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("Error: ")
+    assert "Traceback" not in result.stderr
+
+
+def test_password_is_never_printed(tmp_path):
+    url = "postgresql+psycopg://someone:s3cret-pw@127.0.0.1:1/nowhere"
+    result = _cli("--db", url, "db", "check")
+    assert result.returncode == 1
+    assert "s3cret-pw" not in result.stderr + result.stdout
