@@ -10,6 +10,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
+from sqlalchemy.engine import make_url
 
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
@@ -117,7 +118,8 @@ def test_cli_upgrade_current_is_idempotent(empty_db_url):
     assert current.stdout.strip() == schema.head_revision()
     second = _cli("--db", empty_db_url, "db", "upgrade")
     assert second.returncode == 0 and "already at" in second.stderr
-    assert ":***@" in second.stderr or "postgresql" not in empty_db_url
+    password = make_url(empty_db_url).password
+    assert not password or password not in second.stderr + second.stdout
 
 
 def test_cli_refuses_stale_schema_in_one_line(db_url):
