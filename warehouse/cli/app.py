@@ -35,7 +35,7 @@ app = typer.Typer(
     cls=_Group,
     no_args_is_help=True,
     add_completion=False,
-    pretty_exceptions_show_locals=False,
+    pretty_exceptions_enable=False,
     help="The trajectory warehouse: agent trajectories from Harbor runs and Hub datasets, in SQL.",
 )
 app.add_typer(db_cli.app, name="db")

@@ -1,0 +1,71 @@
+"""`warehouse ingest SOURCE…`"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+
+from ingest.pipeline import Progress, ingest as run_ingest
+from warehouse.cli.app import app
+from warehouse.cli.context import state
+
+stderr = Console(stderr=True)
+
+
+class BarProgress(Progress):
+    """Rows and MB/s of the unit being loaded, on stderr, only when stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self._bar = RichProgress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
+            TextColumn("{task.fields[mbps]:.1f} MB/s"), TimeElapsedColumn(),
+            console=stderr, transient=True, disable=not sys.stderr.isatty(),
+        )
+        self._task = None
+
+    def start(self, label: str, total_rows: int) -> None:
+        self._bar.start()
+        self._t0, self._bytes = time.perf_counter(), 0
+        self._task = self._bar.add_task(label, total=total_rows, mbps=0.0)
+
+    def advance(self, rows: int, nbytes: int) -> None:
+        self._bytes += nbytes
+        mbps = self._bytes / 1e6 / max(time.perf_counter() - self._t0, 1e-6)
+        self._bar.update(self._task, advance=rows, mbps=mbps)
+
+    def finish(self) -> None:
+        if self._task is not None:
+            self._bar.remove_task(self._task)
+            self._task = None
+        self._bar.stop()
+
+
+@app.command()
+def ingest(
+    ctx: typer.Context,
+    sources: Annotated[list[str], typer.Argument(
+        help="Parquet file, Hub-snapshot folder (README.md + data/*.parquet), Hub id org/name[@rev], "
+        "or Harbor trace directory (trial, job, trace_jobs/, or a root of many).")],
+    run: Annotated[Optional[str], typer.Option(
+        "--run", help="Run name for rows and trials whose files name no run (RL rollouts).")] = None,
+    keep_going: Annotated[bool, typer.Option(
+        "--keep-going", "-k", help="Reject bad rows and skip bad units instead of stopping at the first.")] = False,
+) -> None:
+    """Load sources into the warehouse, idempotently: units already loaded are skipped."""
+    engine = state(ctx).ready_engine(create=True)
+    summary = run_ingest(engine, sources, run=run, keep_going=keep_going, progress=BarProgress(),
+                         warn=lambda msg: typer.echo(f"Error: {msg}", err=True))
+    for note in summary.notes[:50]:
+        typer.echo(f"warning: {note}", err=True)
+    if len(summary.notes) > 50:
+        typer.echo(f"warning: … and {len(summary.notes) - 50} more (see the conflicts table)", err=True)
+    for line in summary.lines():
+        typer.echo(line, err=True)
+    if summary.errors and not keep_going:
+        raise typer.Exit(1)

@@ -1,0 +1,215 @@
+"""Hub-shaped Parquet: one row per exported episode, as `harbor traces export` writes it.
+
+Reads a shard in record batches and maps each row to a Trial holding one Episode; knows
+nothing about the database."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ingest.records import Episode, Rejected, Trial, Turn
+
+REQUIRED = ("conversations", "trial_name", "episode")
+# Columns mapped onto trial fields; every other column is kept verbatim with its episode.
+TRIAL_COLUMNS = (
+    "agent", "model", "model_provider", "date", "task", "run_id", "trial_name", "result",
+    "verifier_output", "instruction",
+)
+STRING_COLUMNS = ("trial_name", "episode", *TRIAL_COLUMNS)
+EPISODE_RE = re.compile(r"episode-(\d+)\Z")
+TRACE_SOURCE = "trace_source"
+BATCH_ROWS = 1024
+
+
+class ShardError(Exception):
+    """The shard cannot be read as a whole: str() is a one-line message naming file and field."""
+
+
+class RowError(Exception):
+    """One row cannot be mapped: str() names the field."""
+
+
+@dataclass
+class ShardInfo:
+    path: Path
+    n_rows: int
+    schema: pa.Schema
+
+
+def open_shard(path: Path) -> tuple[pq.ParquetFile, ShardInfo]:
+    """Open a shard and check its schema before any row is read."""
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise ShardError(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
+    schema = pf.schema_arrow
+    for name in REQUIRED:
+        if name not in schema.names:
+            raise ShardError(f"{path}: missing required column '{name}'")
+    for name in STRING_COLUMNS:
+        if name in schema.names and not _is_string(schema.field(name).type):
+            raise ShardError(f"{path}: column '{name}' is {schema.field(name).type}, expected a string")
+    conv = schema.field("conversations").type
+    if not (pa.types.is_list(conv) or pa.types.is_large_list(conv)) or not pa.types.is_struct(conv.value_type):
+        raise ShardError(f"{path}: column 'conversations' is {conv}, expected a list of {{role, content}} structs")
+    fields = {f.name: f.type for f in conv.value_type}
+    for name in ("role", "content"):
+        if name not in fields:
+            raise ShardError(f"{path}: column 'conversations' has no '{name}' field")
+        if not _is_string(fields[name]):
+            raise ShardError(f"{path}: field 'conversations.{name}' is {fields[name]}, expected a string")
+    return pf, ShardInfo(path=path, n_rows=pf.metadata.num_rows, schema=schema)
+
+
+def read_rows(pf: pq.ParquetFile, path: Path, run_name: str, run_override: str | None,
+              batch_rows: int = BATCH_ROWS) -> Iterator[tuple[list[Trial], list[Rejected], int]]:
+    """Yield (trials, rejected rows, bytes read) per record batch. Each Trial carries the one
+    episode of its row; the writer merges repeated trials."""
+    row_number = 0
+    try:
+        for batch in pf.iter_batches(batch_size=batch_rows):
+            columns = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
+            trials: list[Trial] = []
+            rejected: list[Rejected] = []
+            for i in range(batch.num_rows):
+                row = {name: values[i] for name, values in columns.items()}
+                try:
+                    trials.append(map_row(row, row_number, run_name, run_override))
+                except RowError as exc:
+                    rejected.append(Rejected(f"{path} row {row_number}", str(exc)))
+                row_number += 1
+            yield trials, rejected, batch.nbytes
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        raise ShardError(f"{path}: unreadable at row {row_number} ({_first_line(exc)})") from None
+
+
+def map_row(row: dict[str, Any], row_number: int, run_name: str, run_override: str | None) -> Trial:
+    trial_name = row.get("trial_name")
+    if not trial_name:
+        raise RowError("trial_name is empty")
+    episode_raw = row.get("episode")
+    match = EPISODE_RE.match(episode_raw or "")
+    if match is None:
+        raise RowError(f"episode {episode_raw!r} is not 'episode-N'")
+    episode_index = int(match.group(1))
+
+    extra: dict[str, Any] = {}
+    if episode_raw != f"episode-{episode_index}":
+        extra["episode"] = episode_raw  # e.g. zero-padded: keep the exact string
+    for name, value in row.items():
+        if name not in TRIAL_COLUMNS and name not in ("conversations", "episode", TRACE_SOURCE):
+            extra[name] = to_json_value(value)
+
+    trace_source = row.get(TRACE_SOURCE)
+    if trace_source is not None and not isinstance(trace_source, str):
+        raise RowError(f"trace_source is {type(trace_source).__name__}, expected a string")
+
+    result = row.get("result")
+    reward, exception_type = parse_result(result)
+    run_id = row.get("run_id")
+    # RL rollouts have no job: their run_id is the trial name (or missing), so the run is
+    # the one the source is ingested as.
+    is_own_run = not run_id or run_id == trial_name
+    date_raw = row.get("date")
+    return Trial(
+        run_key=(run_override or run_name) if is_own_run else run_id,
+        trial_name=trial_name,
+        task_name=row.get("task"),
+        agent=row.get("agent"),
+        model=row.get("model"),
+        model_provider=row.get("model_provider"),
+        result=result,
+        reward=reward,
+        exception_type=exception_type,
+        started_at=parse_timestamp(date_raw),
+        date_raw=date_raw,
+        verifier_output=row.get("verifier_output"),
+        instruction=row.get("instruction"),
+        source_run_id=run_id,
+        episodes=[Episode(
+            episode_index=episode_index,
+            turns=map_conversation(row.get("conversations")),
+            trace_source=trace_source or "main",
+            row_number=row_number,
+            extra=extra or None,
+        )],
+    )
+
+
+def map_conversation(conversation: Any) -> list[Turn]:
+    if conversation is None:
+        raise RowError("conversations is null")
+    if not isinstance(conversation, list):
+        raise RowError(f"conversations is {type(conversation).__name__}, expected a list")
+    turns = []
+    for i, message in enumerate(conversation):
+        if not isinstance(message, dict):
+            raise RowError(f"conversations[{i}] is not a {{role, content}} struct")
+        role = message.get("role")
+        if not role:
+            raise RowError(f"conversations[{i}].role is missing")
+        extra = {k: to_json_value(v) for k, v in message.items() if k not in ("role", "content") and v is not None}
+        turns.append(Turn(role=role, content=message.get("content"), extra=extra or None))
+    return turns
+
+
+def parse_result(result: str | None) -> tuple[float | None, str | None]:
+    """Harbor's `result`: a reward string, an exception class name (which wins over any
+    reward), or null."""
+    if result is None or result == "":
+        return None, None
+    try:
+        return float(result), None
+    except ValueError:
+        return None, result
+
+
+def parse_timestamp(raw: str | None) -> datetime | None:
+    """ISO 8601 as Harbor writes it; naive values (before 2026-01-13) are taken as UTC."""
+    if not raw:
+        return None
+    try:
+        value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def to_json_value(value: Any) -> Any:
+    """A Parquet cell as a JSON value; the shard's Arrow schema (kept in the ledger) says how
+    to turn it back into its original type."""
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return {"$bytes_b64": base64.b64encode(value).decode()}
+    if isinstance(value, dict):
+        return {k: to_json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json_value(v) for v in value]
+    return value
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def schema_json(schema: pa.Schema) -> str:
+    """The shard's schema, serialized for the ledger (base64 of Arrow IPC)."""
+    return json.dumps({"arrow_ipc_b64": base64.b64encode(schema.serialize().to_pybytes()).decode()})

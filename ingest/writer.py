@@ -1,0 +1,375 @@
+"""The one writer both ingesters share: normalized records in, rows out.
+
+A unit (a Parquet shard, a trial directory) is written in one transaction together with its
+ledger row, so the ledger never claims more than the tables hold. Natural keys decide
+identity: a trial is (run, trial_name), an episode is (trial, trace_source, episode_index),
+a message is the hash of its text. A key seen again with the same content adds only
+provenance; with different content the first version is kept and a conflict is recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Connection, Engine, select, update
+
+from ingest import bulk
+from ingest.records import Episode, Rejected, Run, Trial
+from warehouse import __version__
+from warehouse.db import models
+from warehouse.db.session import write_transaction
+from warehouse.texts import split_text, to_bytes
+
+T = {name: model.__table__ for name, model in {
+    "sources": models.Source, "loads": models.Load, "runs": models.Run, "tasks": models.Task,
+    "trials": models.Trial, "episodes": models.Episode, "turns": models.Turn,
+    "messages": models.Message, "episode_loads": models.EpisodeLoad,
+    "trial_loads": models.TrialLoad, "conflicts": models.Conflict,
+}.items()}
+
+# Trial columns that a second source may fill in when the first left them empty, and that
+# are recorded as a conflict when both sources say something different.
+TRIAL_FIELDS = (
+    "agent", "agent_version", "model", "model_provider", "result", "reward", "rewards",
+    "exception_type", "exception_message", "started_at", "finished_at", "date_raw",
+    "n_input_tokens", "n_cache_tokens", "n_output_tokens", "cost_usd", "verifier_output",
+    "task_checksum", "source_run_id", "instruction_id",
+)
+
+
+def message_hash(text: str) -> bytes:
+    return hashlib.sha256(to_bytes(text)).digest()
+
+
+def conversation_hash(episode: Episode) -> str:
+    h = hashlib.sha256()
+    for turn in episode.turns:
+        h.update(to_bytes(turn.role))
+        h.update(b"\x00")
+        h.update(message_hash(turn.content) if turn.content is not None else b"-")
+    return h.hexdigest()
+
+
+@dataclass
+class UnitCounts:
+    n_rows: int = 0
+    n_trials: int = 0
+    n_episodes_new: int = 0
+    n_episodes_duplicate: int = 0
+    n_conflicts: int = 0
+    n_rejected: int = 0
+    n_turns: int = 0
+    n_bytes: int = 0
+    conflicts: list[str] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+
+
+def ensure_source(engine: Engine, kind: str, uri: str, name: str, revision: str | None = None,
+                  card: dict | None = None) -> int:
+    with write_transaction(engine) as conn:
+        bulk.insert_ignore(conn, T["sources"], [dict(kind=kind, uri=uri, name=name, revision=revision,
+                                                     card=card)], ["kind", "uri"])
+        row = conn.execute(select(T["sources"].c.id, T["sources"].c.revision).where(
+            T["sources"].c.kind == kind, T["sources"].c.uri == uri)).one()
+        if revision is not None and row.revision != revision:
+            conn.execute(update(T["sources"]).where(T["sources"].c.id == row.id).values(revision=revision))
+        return row.id
+
+
+def is_loaded(engine: Engine, source_id: int, content_hash: str) -> bool:
+    with engine.connect() as conn:
+        loads = T["loads"]
+        return conn.execute(select(loads.c.id).where(
+            loads.c.source_id == source_id, loads.c.content_hash == content_hash)).first() is not None
+
+
+class AlreadyLoaded(Exception):
+    """Another ingest committed this unit first."""
+
+
+@contextmanager
+def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
+         arrow_schema: str | None = None) -> Iterator["UnitWriter"]:
+    """Write one unit in one transaction. Raises AlreadyLoaded when the ledger has it."""
+    started = datetime.now(timezone.utc)
+    with write_transaction(engine) as conn:
+        inserted = bulk.insert_ignore(conn, T["loads"], [dict(
+            source_id=source_id, unit=unit_name, content_hash=content_hash, status="loading",
+            started_at=started, finished_at=started, tool_version=__version__, arrow_schema=arrow_schema,
+            n_rows=0, n_trials=0, n_episodes_new=0, n_episodes_duplicate=0, n_conflicts=0,
+            n_rejected=0, n_turns=0, n_bytes=0,
+        )], ["source_id", "content_hash"], returning=["id"])
+        if not inserted:
+            raise AlreadyLoaded(unit_name)
+        writer = UnitWriter(conn, inserted[0][0])
+        yield writer
+        c = writer.counts
+        conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
+            status="loaded", finished_at=datetime.now(timezone.utc), n_rows=c.n_rows,
+            n_trials=len(writer._trial_ids), n_episodes_new=c.n_episodes_new,
+            n_episodes_duplicate=c.n_episodes_duplicate, n_conflicts=c.n_conflicts,
+            n_rejected=c.n_rejected, n_turns=c.n_turns, n_bytes=c.n_bytes,
+            detail={"rejected": [f"{r.where}: {r.reason}" for r in c.rejected[:100]]} if c.rejected else None,
+        ))
+        c.n_trials = len(writer._trial_ids)
+
+
+class UnitWriter:
+    """Writes batches of trials inside one unit's transaction. Ids looked up here are cached
+    for the unit only: a rolled-back unit must not leave ids behind for the next one."""
+
+    def __init__(self, conn: Connection, load_id: int):
+        self.conn = conn
+        self.load_id = load_id
+        self.counts = UnitCounts()
+        self._run_ids: dict[str, int] = {}
+        self._task_ids: dict[str, int] = {}
+        self._message_ids: dict[bytes, int] = {}
+        self._trial_ids: dict[tuple[int, str], int] = {}
+        self._trial_values: dict[int, dict[str, Any]] = {}
+        self._episodes: dict[tuple[int, str, int], tuple[int, str]] = {}
+
+    # -- public ------------------------------------------------------------------------------
+
+    def reject(self, rejected: Rejected) -> None:
+        self.counts.n_rejected += 1
+        self.counts.rejected.append(rejected)
+
+    def add_runs(self, runs: list[Run]) -> None:
+        """Run-level facts (a job's config and result): fill what is not known yet."""
+        self._ensure_runs([r.run_key for r in runs])
+        for run in runs:
+            values = {k: v for k, v in dict(name=run.name, job_id=run.job_id, started_at=run.started_at,
+                                            finished_at=run.finished_at, detail=run.detail).items()
+                      if v is not None}
+            if values:
+                runs_t = T["runs"]
+                existing = self.conn.execute(select(runs_t).where(runs_t.c.id == self._run_ids[run.run_key])).one()
+                fill = {k: v for k, v in values.items() if getattr(existing, k) is None}
+                if fill:
+                    self.conn.execute(update(runs_t).where(runs_t.c.id == existing.id).values(**fill))
+
+    def add_trials(self, trials: list[Trial], run_names: dict[str, str] | None = None) -> None:
+        """Write a batch of trials and their episodes."""
+        if not trials:
+            return
+        self._ensure_runs([t.run_key for t in trials], run_names or {})
+        self._ensure_tasks([t.task_name for t in trials if t.task_name is not None])
+        texts = [turn.content for t in trials for e in t.episodes for turn in e.turns if turn.content is not None]
+        texts += [t.instruction for t in trials if t.instruction is not None]
+        self._ensure_messages(texts)
+        trial_ids = self._ensure_trials(trials)
+        self._write_episodes(trials, trial_ids)
+
+    # -- dimension tables ---------------------------------------------------------------------
+
+    def _ensure_runs(self, keys: list[str], names: dict[str, str] | None = None) -> None:
+        missing = [k for k in dict.fromkeys(keys) if k not in self._run_ids]
+        if not missing:
+            return
+        names = names or {}
+        bulk.insert_ignore(self.conn, T["runs"], [dict(run_key=k, name=names.get(k)) for k in missing], ["run_key"])
+        found = bulk.lookup(self.conn, T["runs"], ["run_key"], [(k,) for k in missing], ["id"])
+        self._run_ids.update({k[0]: v[0] for k, v in found.items()})
+
+    def _ensure_tasks(self, names: list[str]) -> None:
+        missing = [n for n in dict.fromkeys(names) if n not in self._task_ids]
+        if not missing:
+            return
+        bulk.insert_ignore(self.conn, T["tasks"], [dict(name=n) for n in missing], ["name"])
+        found = bulk.lookup(self.conn, T["tasks"], ["name"], [(n,) for n in missing], ["id"])
+        self._task_ids.update({k[0]: v[0] for k, v in found.items()})
+
+    def _ensure_messages(self, texts: list[str]) -> None:
+        by_hash: dict[bytes, str] = {}
+        for text in texts:
+            h = message_hash(text)
+            if h not in self._message_ids:
+                by_hash.setdefault(h, text)
+        if not by_hash:
+            return
+        hashes = list(by_hash)
+        found = bulk.lookup(self.conn, T["messages"], ["content_hash"], [(h,) for h in hashes], ["id"])
+        self._message_ids.update({k[0]: v[0] for k, v in found.items()})
+        new_rows = []
+        for h in hashes:
+            if h in self._message_ids:
+                continue
+            text = by_hash[h]
+            safe, raw = split_text(text)
+            new_rows.append(dict(content_hash=h, content=safe, content_raw=raw, n_chars=len(text)))
+            self.counts.n_bytes += len(raw) if raw is not None else len(text)
+        if new_rows:
+            bulk.insert_ignore(self.conn, T["messages"], new_rows, ["content_hash"])
+            found = bulk.lookup(self.conn, T["messages"], ["content_hash"],
+                                [(r["content_hash"],) for r in new_rows], ["id"])
+            self._message_ids.update({k[0]: v[0] for k, v in found.items()})
+
+    # -- trials -------------------------------------------------------------------------------
+
+    def _trial_row(self, t: Trial) -> dict[str, Any]:
+        verifier_output, raw_verifier = split_text(t.verifier_output)
+        exception_message, raw_exception = split_text(t.exception_message)
+        detail = dict(t.detail or {})
+        raw = {k: v for k, v in (("verifier_output", t.verifier_output if raw_verifier else None),
+                                 ("exception_message", t.exception_message if raw_exception else None))
+               if v is not None}
+        if raw:
+            detail["raw_text"] = raw  # the exact strings; the columns hold display-safe copies
+        return dict(
+            run_id=self._run_ids[t.run_key],
+            task_id=self._task_ids.get(t.task_name) if t.task_name is not None else None,
+            trial_name=t.trial_name, status=t.status, agent=t.agent, agent_version=t.agent_version,
+            model=t.model, model_provider=t.model_provider, result=t.result, reward=t.reward,
+            rewards=t.rewards, exception_type=t.exception_type, exception_message=exception_message,
+            started_at=t.started_at, finished_at=t.finished_at, date_raw=t.date_raw,
+            n_input_tokens=t.n_input_tokens, n_cache_tokens=t.n_cache_tokens,
+            n_output_tokens=t.n_output_tokens, cost_usd=t.cost_usd, verifier_output=verifier_output,
+            instruction_id=self._message_ids[message_hash(t.instruction)] if t.instruction is not None else None,
+            task_checksum=t.task_checksum, source_run_id=t.source_run_id, detail=detail or None,
+        )
+
+    def _ensure_trials(self, trials: list[Trial]) -> list[int]:
+        incoming = [self._trial_row(t) for t in trials]
+        keys = [(v["run_id"], v["trial_name"]) for v in incoming]
+        unknown = [k for k in dict.fromkeys(keys) if k not in self._trial_ids]
+        if unknown:
+            trials_t = T["trials"]
+            cols = ["id", "task_id", "status", "detail", *TRIAL_FIELDS]
+            found = bulk.lookup(self.conn, trials_t, ["run_id", "trial_name"], unknown, cols)
+            for key, values in found.items():
+                self._remember_trial(key, dict(zip(cols, values)))
+            first_of_new = {}
+            for key, values in zip(keys, incoming):
+                if key not in self._trial_ids:
+                    first_of_new.setdefault(key, values)
+            inserted = bulk.insert_ignore(self.conn, trials_t, list(first_of_new.values()),
+                                          ["run_id", "trial_name"], returning=["id", "run_id", "trial_name"])
+            for trial_id, run_id, name in inserted:
+                self._remember_trial((run_id, name), {**first_of_new[(run_id, name)], "id": trial_id})
+            # A concurrent ingest may have inserted some of them first: look those up.
+            late = [k for k in first_of_new if k not in self._trial_ids]
+            for key, values in bulk.lookup(self.conn, trials_t, ["run_id", "trial_name"], late, cols).items():
+                self._remember_trial(key, dict(zip(cols, values)))
+            bulk.insert_ignore(self.conn, T["trial_loads"],
+                               [dict(trial_id=self._trial_ids[k], load_id=self.load_id) for k in unknown],
+                               ["trial_id", "load_id"])
+        ids = []
+        for key, values in zip(keys, incoming):
+            trial_id = self._trial_ids[key]
+            self._merge_trial(trial_id, values)
+            ids.append(trial_id)
+        return ids
+
+    def _remember_trial(self, key: tuple[int, str], values: dict[str, Any]) -> None:
+        self._trial_ids[key] = values["id"]
+        self._trial_values[values["id"]] = values
+
+    def _merge_trial(self, trial_id: int, incoming: dict[str, Any]) -> None:
+        """Fill what the stored trial lacks; record where the two disagree."""
+        kept = self._trial_values[trial_id]
+        fill: dict[str, Any] = {}
+        for name in TRIAL_FIELDS:
+            new, old = incoming[name], kept.get(name)
+            if new is None or new == old:
+                continue
+            if old is None:
+                fill[name] = new
+            elif not _same_instant(old, new):
+                self._conflict("trial", trial_id, name, {name: _jsonable(old)}, {name: _jsonable(new)}, None)
+        if kept.get("task_id") is None and incoming["task_id"] is not None:
+            fill["task_id"] = incoming["task_id"]
+        if kept.get("status") == "incomplete" and incoming["status"] == "complete":
+            fill["status"] = "complete"
+        if incoming.get("detail") and incoming["detail"] != kept.get("detail"):
+            fill["detail"] = {**(incoming["detail"] or {}), **(kept.get("detail") or {})}
+        if fill:
+            self.conn.execute(update(T["trials"]).where(T["trials"].c.id == trial_id).values(**fill))
+            kept.update(fill)
+
+    # -- episodes -----------------------------------------------------------------------------
+
+    def _write_episodes(self, trials: list[Trial], trial_ids: list[int]) -> None:
+        batch: list[tuple[tuple[int, str, int], Episode, str]] = []
+        for trial, trial_id in zip(trials, trial_ids):
+            for ep in trial.episodes:
+                batch.append(((trial_id, ep.trace_source, ep.episode_index), ep, conversation_hash(ep)))
+        if not batch:
+            return
+        self.counts.n_rows += len(batch)
+        unknown = [k for k, _, _ in batch if k not in self._episodes]
+        if unknown:
+            found = bulk.lookup(self.conn, T["episodes"], ["trial_id", "trace_source", "episode_index"],
+                                unknown, ["id", "conversation_hash"])
+            self._episodes.update({k: (v[0], v[1]) for k, v in found.items()})
+        new: dict[tuple, tuple[Episode, str]] = {}
+        for key, ep, chash in batch:
+            if key not in self._episodes:
+                new.setdefault(key, (ep, chash))
+        inserted: dict[tuple, int] = {}
+        if new:
+            rows = [dict(trial_id=k[0], trace_source=k[1], episode_index=k[2], n_turns=len(ep.turns),
+                         n_chars=sum(len(t.content) for t in ep.turns if t.content is not None),
+                         conversation_hash=chash, extra=ep.extra)
+                    for k, (ep, chash) in new.items()]
+            for ep_id, *key in bulk.insert_ignore(
+                    self.conn, T["episodes"], rows, ["trial_id", "trace_source", "episode_index"],
+                    returning=["id", "trial_id", "trace_source", "episode_index"]):
+                inserted[tuple(key)] = ep_id
+                self._episodes[tuple(key)] = (ep_id, new[tuple(key)][1])
+            late = [k for k in new if k not in inserted]
+            if late:
+                found = bulk.lookup(self.conn, T["episodes"], ["trial_id", "trace_source", "episode_index"],
+                                    late, ["id", "conversation_hash"])
+                self._episodes.update({k: (v[0], v[1]) for k, v in found.items()})
+        turn_rows = []
+        provenance = []
+        for key, ep, chash in batch:
+            ep_id, kept_hash = self._episodes[key]
+            row_number = ep.row_number if ep.row_number is not None else self.counts.n_rows
+            if key in inserted and inserted.pop(key) == ep_id:
+                self.counts.n_episodes_new += 1
+                self.counts.n_turns += len(ep.turns)
+                for idx, turn in enumerate(ep.turns):
+                    turn_rows.append(dict(
+                        episode_id=ep_id, idx=idx, role=turn.role,
+                        message_id=self._message_ids[message_hash(turn.content)] if turn.content is not None else None,
+                        extra=turn.extra,
+                    ))
+                provenance.append(dict(load_id=self.load_id, row_number=row_number, episode_id=ep_id))
+            elif kept_hash == chash:
+                self.counts.n_episodes_duplicate += 1
+                provenance.append(dict(load_id=self.load_id, row_number=row_number, episode_id=ep_id))
+            else:
+                self._conflict("episode", ep_id, "conversation", {"conversation_hash": kept_hash},
+                               {"conversation_hash": chash, "n_turns": len(ep.turns)}, row_number)
+        bulk.insert_rows(self.conn, T["turns"], turn_rows)
+        bulk.insert_ignore(self.conn, T["episode_loads"], provenance, ["load_id", "row_number"])
+
+    def _conflict(self, entity: str, entity_id: int, field_name: str | None, kept: dict, incoming: dict,
+                  row_number: int | None) -> None:
+        self.counts.n_conflicts += 1
+        if len(self.counts.conflicts) < 20:
+            where = f"row {row_number}" if row_number is not None else f"{entity} {entity_id}"
+            self.counts.conflicts.append(f"{where}: {entity} {field_name} differs from the stored one")
+        bulk.insert_rows(self.conn, T["conflicts"], [dict(
+            load_id=self.load_id, entity=entity, entity_id=entity_id, field=field_name,
+            kept=kept, incoming=incoming, row_number=row_number,
+        )])
+
+
+def _same_instant(a: Any, b: Any) -> bool:
+    if isinstance(a, datetime) and isinstance(b, datetime):
+        return a.replace(tzinfo=a.tzinfo or timezone.utc) == b.replace(tzinfo=b.tzinfo or timezone.utc)
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return abs(a - b) <= 1e-12 * max(1.0, abs(a))
+    return False
+
+
+def _jsonable(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
