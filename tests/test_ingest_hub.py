@@ -1,0 +1,306 @@
+"""Ingesting Hub-shaped Parquet: counts, idempotency, overlap, conflicts, schema checks and
+exact text, on both backends."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from sqlalchemy import text
+
+from helpers import conversation_of, counts, hub_row, write_shard
+from ingest.generate import generate_dataset
+from ingest.pipeline import ingest
+
+FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
+UUID = "6a29732a-0000-4000-8000-000000000001"
+
+
+def _dataset(root: Path, rows: list[dict], name: str = "train-00000-of-00001.parquet", **kw) -> Path:
+    write_shard(root / "data" / name, rows, **kw)
+    return root
+
+
+def _scalar(engine, sql: str, **params):
+    with engine.connect() as conn:
+        return conn.execute(text(sql), params).scalar()
+
+
+def test_counts_equal_the_input_and_reingest_adds_nothing(engine, tmp_path):
+    info = generate_dataset(tmp_path / "ds", "tiny", episodes="all", shards=3, seed=3)
+    first = ingest(engine, [str(tmp_path / "ds")])
+    assert first.errors == []
+    assert first.units_loaded == 3
+    assert first.episodes_new == info.n_rows
+    assert first.turns == info.n_turns
+    c = counts(engine)
+    assert c["episodes"] == info.n_rows
+    assert c["trials"] == info.n_trials
+    assert c["turns"] == info.n_turns
+    assert c["episode_loads"] == info.n_rows
+    assert c["loads"] == 3
+
+    again = ingest(engine, [str(tmp_path / "ds")])
+    assert (again.units_loaded, again.units_skipped, again.episodes_new) == (0, 3, 0)
+    assert counts(engine) == c
+
+
+def test_messages_are_stored_once(engine, tmp_path):
+    prompt = "You are a helpful agent. " * 50
+    rows = [hub_row(f"t{i}__abcdefg", 0, [("user", prompt), ("assistant", f"answer {i}")]) for i in range(5)]
+    ingest(engine, [str(_dataset(tmp_path / "a", rows))])
+    ingest(engine, [str(_dataset(tmp_path / "b", [hub_row("other__zzzzzzz", 0, [("user", prompt)])]))])
+    assert _scalar(engine, "SELECT count(*) FROM messages WHERE content = :p", p=prompt) == 1
+    assert _scalar(engine, "SELECT count(*) FROM turn_text WHERE content = :p", p=prompt) == 6
+
+
+def test_all_episodes_prefixes_share_message_rows(engine, tmp_path):
+    info = generate_dataset(tmp_path / "ds", "tiny", episodes="all", seed=1)
+    ingest(engine, [str(tmp_path / "ds")])
+    assert counts(engine)["messages"] < info.n_turns / 2
+
+
+def test_run_identity(engine, tmp_path):
+    rows = [
+        hub_row("rl-a__aaaaaaa", 0, [("user", "x")], run_id="rl-a__aaaaaaa"),  # RL: run_id == trial
+        hub_row("rl-b__bbbbbbb", 0, [("user", "x")], run_id=None),  # no run id
+        hub_row("job-c__ccccccc", 0, [("user", "x")], run_id=UUID),  # a Harbor job
+    ]
+    ingest(engine, [str(_dataset(tmp_path / "my-dataset", rows))])
+    ingest(engine, [str(_dataset(tmp_path / "other", [hub_row("rl-d__ddddddd", 0, [("user", "y")], run_id=None)]))],
+           run="sweep-7")
+    with engine.connect() as conn:
+        got = dict(conn.execute(text(
+            "SELECT tr.trial_name, r.run_key FROM trials tr JOIN runs r ON r.id = tr.run_id")).all())
+    assert got == {"rl-a__aaaaaaa": "my-dataset", "rl-b__bbbbbbb": "my-dataset",
+                   "job-c__ccccccc": UUID, "rl-d__ddddddd": "sweep-7"}
+
+
+def test_result_is_kept_raw_and_parsed(engine, tmp_path):
+    rows = [
+        hub_row("a__1111111", 0, [("user", "x")], result="0.25"),
+        hub_row("b__2222222", 0, [("user", "x")], result="AgentTimeoutError"),
+        hub_row("c__3333333", 0, [("user", "x")], result=None),
+        hub_row("d__4444444", 0, [("user", "x")], result="1"),
+    ]
+    ingest(engine, [str(_dataset(tmp_path / "ds", rows))])
+    with engine.connect() as conn:
+        got = {r[0]: tuple(r[1:]) for r in conn.execute(text(
+            "SELECT trial_name, result, reward, exception_type FROM trials"))}
+    assert got == {
+        "a__1111111": ("0.25", 0.25, None),
+        "b__2222222": ("AgentTimeoutError", None, "AgentTimeoutError"),
+        "c__3333333": (None, None, None),
+        "d__4444444": ("1", 1.0, None),
+    }
+
+
+def test_overlapping_datasets_share_rows_and_list_both_sources(engine, tmp_path):
+    info = generate_dataset(tmp_path / "full", "tiny", seed=5)
+    full = pq.read_table(next((tmp_path / "full" / "data").glob("*.parquet")))
+    success = full.filter(pa.compute.equal(full["result"], "1.0"))
+    assert 0 < success.num_rows < full.num_rows
+    (tmp_path / "success" / "data").mkdir(parents=True)
+    pq.write_table(success, tmp_path / "success" / "data" / "train-00000-of-00001.parquet")
+
+    ingest(engine, [str(tmp_path / "full")])
+    before = counts(engine)
+    summary = ingest(engine, [str(tmp_path / "success")])
+    assert summary.episodes_new == 0
+    assert summary.episodes_duplicate == success.num_rows
+    after = counts(engine)
+    assert after["episodes"] == before["episodes"] == info.n_rows
+    assert after["turns"] == before["turns"]
+    assert after["episode_loads"] == info.n_rows + success.num_rows
+    n_two_sources = _scalar(engine, """
+        SELECT count(*) FROM (
+          SELECT el.episode_id FROM episode_loads el JOIN loads l ON l.id = el.load_id
+          GROUP BY el.episode_id HAVING count(DISTINCT l.source_id) = 2) x""")
+    assert n_two_sources == success.num_rows
+
+
+def test_same_key_different_content_is_a_conflict(engine, tmp_path):
+    original = [hub_row("t__abcdefg", 0, [("user", "hello"), ("assistant", "original answer")])]
+    changed = [hub_row("t__abcdefg", 0, [("user", "hello"), ("assistant", "a different answer")])]
+    ingest(engine, [str(_dataset(tmp_path / "one", original))])
+    summary = ingest(engine, [str(_dataset(tmp_path / "two", changed))])
+    assert summary.conflicts == 1 and summary.episodes_new == 0
+    assert any("differs" in note for note in summary.notes)
+    assert conversation_of(engine, UUID, "t__abcdefg", 0) == [("user", "hello"), ("assistant", "original answer")]
+    with engine.connect() as conn:
+        entity, field = conn.execute(text("SELECT entity, field FROM conflicts")).one()
+    assert (entity, field) == ("episode", "conversation")
+
+
+def test_trial_field_disagreement_is_a_conflict(engine, tmp_path):
+    ingest(engine, [str(_dataset(tmp_path / "one", [hub_row("t__abcdefg", 0, [("user", "x")], result="1.0")]))])
+    summary = ingest(engine, [str(_dataset(tmp_path / "two", [hub_row("t__abcdefg", 1, [("user", "y")],
+                                                                            result="0.0")]))])
+    assert summary.conflicts >= 1
+    assert _scalar(engine, "SELECT result FROM trials") == "1.0"
+    assert _scalar(engine, "SELECT count(*) FROM conflicts WHERE entity = 'trial' AND field = 'result'") == 1
+
+
+def test_text_comes_back_exactly(engine, tmp_path):
+    odd = [
+        ("user", "nul\x00byte and more\x00"),
+        ("assistant", ""),
+        ("user", "non-BMP 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 😀 and CJK 漢字 and RTL שלום"),
+        ("assistant", "\u200b zero width, combining e\u0301, BOM \ufeff"),
+        ("user", "x" * 100_000),
+    ]
+    ingest(engine, [str(_dataset(tmp_path / "ds", [hub_row("t__abcdefg", 0, odd)]))])
+    assert conversation_of(engine, UUID, "t__abcdefg", 0) == odd
+
+
+def test_missing_required_column_is_refused_before_reading(engine, tmp_path):
+    rows = [hub_row("t__abcdefg", 0, [("user", "x")])]
+    for row in rows:
+        del row["trial_name"]
+    ds = _dataset(tmp_path / "ds", rows)
+    summary = ingest(engine, [str(ds)])
+    assert summary.units_failed == 1
+    assert "missing required column 'trial_name'" in summary.errors[0]
+    assert "train-00000-of-00001.parquet" in summary.errors[0]
+    assert counts(engine)["episodes"] == 0 and counts(engine)["loads"] == 0
+
+
+def test_wrong_column_type_is_refused(engine, tmp_path):
+    row = hub_row("t__abcdefg", 0, [("user", "x")])
+    row["episode"] = 3
+    ds = _dataset(tmp_path / "ds", [row], extra_fields=[pa.field("episode", pa.int64())])
+    summary = ingest(engine, [str(ds)])
+    assert summary.units_failed == 1 and "column 'episode'" in summary.errors[0]
+
+
+def test_extra_and_optional_columns_are_kept(engine, tmp_path):
+    tools = [{"type": "function", "function": {"name": "bash"}}]
+    rows = [hub_row("t__abcdefg", 0, [("user", "x")], instruction="Do the thing.", trace_source="main",
+                    tool_definitions=json.dumps(tools), my_unknown_column="kept")]
+    rows[0]["completion_token_ids"] = [[1, 2, 3], [4]]
+    ds = _dataset(tmp_path / "ds", rows, extra_fields=[pa.field("completion_token_ids", pa.list_(pa.list_(pa.int64())))])
+    ingest(engine, [str(ds)])
+    with engine.connect() as conn:
+        extra = conn.execute(text("SELECT extra FROM episodes")).scalar()
+        instruction = conn.execute(text(
+            "SELECT m.content FROM trials t JOIN messages m ON m.id = t.instruction_id")).scalar()
+    if isinstance(extra, str):
+        extra = json.loads(extra)
+    assert extra == {"tool_definitions": json.dumps(tools), "my_unknown_column": "kept",
+                     "completion_token_ids": [[1, 2, 3], [4]]}
+    assert instruction == "Do the thing."
+
+
+def test_shards_may_differ_in_optional_columns(engine, tmp_path):
+    ds = tmp_path / "ds"
+    write_shard(ds / "data" / "train-00000.parquet", [hub_row("a__aaaaaaa", 0, [("user", "x")])])
+    write_shard(ds / "data" / "train-00001.parquet",
+                [hub_row("b__bbbbbbb", 0, [("user", "y")], instruction="inst", trace_source="summarization-1-summary")])
+    summary = ingest(engine, [str(ds)])
+    assert summary.errors == [] and summary.units_loaded == 2
+    assert _scalar(engine, "SELECT count(*) FROM episodes WHERE trace_source = 'summarization-1-summary'") == 1
+
+
+def test_trace_source_is_part_of_the_episode_key(engine, tmp_path):
+    rows = [hub_row("t__abcdefg", 0, [("user", "main")], trace_source="main"),
+            hub_row("t__abcdefg", 0, [("user", "sub")], trace_source="summarization-1-summary")]
+    summary = ingest(engine, [str(_dataset(tmp_path / "ds", rows))])
+    assert summary.episodes_new == 2 and summary.conflicts == 0
+
+
+def test_bad_row_fails_its_shard_unless_keep_going(engine, tmp_path):
+    good = [hub_row(f"g{i}__aaaaaaa", 0, [("user", "x")]) for i in range(3)]
+    bad = good + [hub_row("bad__bbbbbbb", 0, [("user", "x")], episode="final")]
+    ds = tmp_path / "ds"
+    write_shard(ds / "data" / "train-00000-of-00002.parquet", good)
+    write_shard(ds / "data" / "train-00001-of-00002.parquet",
+                [dict(r, trial_name=r["trial_name"].replace("g", "h")) for r in bad])
+
+    stopped = ingest(engine, [str(ds)])
+    assert stopped.units_loaded == 1 and stopped.units_failed == 1
+    assert "train-00001-of-00002.parquet row 3" in stopped.errors[0] and "episode" in stopped.errors[0]
+    assert counts(engine)["episodes"] == 3  # the good shard is kept, nothing of the bad one
+
+    kept = ingest(engine, [str(ds)], keep_going=True)
+    assert kept.units_loaded == 1 and kept.units_skipped == 1 and kept.rows_rejected == 1
+    assert counts(engine)["episodes"] == 6
+
+
+def test_null_conversations_and_missing_role_are_rejected(engine, tmp_path):
+    rows = [hub_row("a__aaaaaaa", 0, [("user", "x")]), hub_row("b__bbbbbbb", 0, [("user", "x")]),
+            hub_row("c__ccccccc", 0, [("user", "fine")])]
+    rows[0]["conversations"] = None
+    rows[1]["conversations"] = [{"role": None, "content": "who am I"}]
+    summary = ingest(engine, [str(_dataset(tmp_path / "ds", rows))], keep_going=True)
+    assert summary.rows_rejected == 2 and summary.episodes_new == 1
+    reasons = " | ".join(summary.notes)
+    assert "row 0" in reasons and "conversations is null" in reasons
+    assert "row 1" in reasons and "conversations[0].role" in reasons
+
+
+def test_not_parquet_is_one_clear_error(engine, tmp_path):
+    (tmp_path / "ds" / "data").mkdir(parents=True)
+    (tmp_path / "ds" / "data" / "train-00000.parquet").write_text("this is not parquet")
+    summary = ingest(engine, [str(tmp_path / "ds")])
+    assert summary.units_failed == 1 and "not a readable Parquet file" in summary.errors[0]
+    assert counts(engine)["loads"] == 0
+
+
+@pytest.mark.parametrize("golden", ["terminus_2/hello-world-invalid-json", "openhands/hello-world"])
+def test_exported_goldens(engine, tmp_path, golden):
+    rows = json.loads((FIXTURES / "golden" / f"{golden}.traces.json").read_text())
+    table = pa.Table.from_pylist(rows)
+    (tmp_path / "ds" / "data").mkdir(parents=True)
+    pq.write_table(table, tmp_path / "ds" / "data" / "train-00000-of-00001.parquet")
+    summary = ingest(engine, [str(tmp_path / "ds")])
+    assert summary.errors == [] and summary.episodes_new == len(rows)
+    for row in rows:
+        got = conversation_of(engine, row["run_id"], row["trial_name"], int(row["episode"].split("-")[1]))
+        assert got == [(m["role"], m["content"]) for m in row["conversations"]]
+
+
+def test_single_parquet_file_and_hf_cache_names(engine, tmp_path):
+    snapshot = tmp_path / "datasets--org--name" / "snapshots" / "abc123"
+    write_shard(snapshot / "data" / "train-00000.parquet", [hub_row("t__abcdefg", 0, [("user", "x")], run_id=None)])
+    ingest(engine, [str(snapshot / "data" / "train-00000.parquet")])
+    assert _scalar(engine, "SELECT run_key FROM runs") == "org/name"
+    assert _scalar(engine, "SELECT name FROM sources") == "org/name"
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "warehouse", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_cli_ingest_summary_and_errors(db_url, tmp_path):
+    ds = _dataset(tmp_path / "ds", [hub_row("t__abcdefg", 0, [("user", "x")])])
+    ok = _cli("--db", db_url, "ingest", str(ds))
+    assert ok.returncode == 0, ok.stderr
+    assert "1 loaded" in ok.stderr and "1 new" in ok.stderr and ok.stdout == ""
+    again = _cli("--db", db_url, "ingest", str(ds))
+    assert "0 loaded, 1 skipped" in again.stderr
+
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 but not really")
+    bad = _cli("--db", db_url, "ingest", str(broken))
+    assert bad.returncode == 1
+    error_lines = [line for line in bad.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error_lines) == 1 and "broken.parquet" in error_lines[0]
+    assert "Traceback" not in bad.stderr
+
+    missing = _cli("--db", db_url, "ingest", str(tmp_path / "nope"))
+    assert missing.returncode == 1 and missing.stderr.startswith("Error: ") and "nope" in missing.stderr
+
+
+def test_cli_creates_a_new_sqlite_warehouse(tmp_path):
+    shutil.copytree(Path(__file__).parents[1] / "examples" / "sample", tmp_path / "sample")
+    result = _cli("ingest", "sample", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "warehouse.db").exists()
+    current = _cli("db", "current", cwd=tmp_path)
+    assert current.stdout.strip() == "0001"
