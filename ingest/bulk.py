@@ -1,17 +1,32 @@
-"""Bulk statements for both backends. The only ingest module that knows which database it is
-talking to: everything else hands rows here."""
+"""Bulk statements for both backends: the only ingest module that knows which database it is
+talking to. Everything else hands rows here as tuples in a declared column order.
+
+Rows go straight to the DB-API cursor (SQLAlchemy's per-row parameter processing costs more
+than SQLite itself), with each column's SQLAlchemy bind processor applied once so values are
+stored exactly as the ORM types would store them. New rows get ids allocated up front, so a
+parent's id is known before its children are written and no per-row RETURNING is needed:
+- SQLite: the writer holds the database's write lock for the whole unit (BEGIN IMMEDIATE), so
+  the next ids are max(id)+1… and nobody can take them.
+- PostgreSQL: ids come from the table's sequence; rows are COPYed into a temporary stage and
+  merged with ON CONFLICT DO NOTHING, so a concurrent ingest of the same key loses no data
+  and the merge reports which rows were really inserted.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, Callable
 
-from sqlalchemy import Connection, Table, select, tuple_
+from sqlalchemy import Connection, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
-# Keys per `IN (...)` lookup: far below SQLite's 32,766 and PostgreSQL's 65,535 bound
-# parameters even for three-column keys.
-LOOKUP_CHUNK = 500
+# Keys per lookup statement: well under SQLite's 32,766 and PostgreSQL's 65,535 parameters
+# even for three-column keys.
+LOOKUP_CHUNK = 900
+# Rows per executemany call; bounds the memory of one statement's parameters.
+WRITE_CHUNK = 5000
+
+Processor = Callable[[Any], Any] | None
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -19,59 +34,168 @@ def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
-def _insert(conn: Connection, table: Table):
+class Bulk:
+    """Bulk reads and writes on one connection, inside the caller's transaction."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.dialect = conn.dialect
+        self.is_sqlite = conn.dialect.name == "sqlite"
+        self.raw = conn.connection.driver_connection
+        self._bind: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
+        self._result: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
+        self._next_id: dict[str, int] = {}
+        self._staged: set[str] = set()
+
+    # -- values in and out -------------------------------------------------------------------
+
+    def _encode(self, table: Table, cols: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[tuple]:
+        key = (table.name, tuple(cols))
+        if key not in self._bind:
+            self._bind[key] = [table.c[c].type._cached_bind_processor(self.dialect) for c in cols]
+        procs = self._bind[key]
+        active = [(i, p) for i, p in enumerate(procs) if p is not None]
+        if not active:
+            return [tuple(r) for r in rows]
+        out = []
+        for row in rows:
+            row = list(row)
+            for i, proc in active:
+                if row[i] is not None:
+                    row[i] = proc(row[i])
+            out.append(tuple(row))
+        return out
+
+    def _decoder(self, table: Table, cols: Sequence[str], description) -> Callable[[Sequence[Any]], tuple]:
+        key = (table.name, tuple(cols))
+        if key not in self._result:
+            # The driver's type codes pick the processor (psycopg already returns floats and
+            # datetimes; SQLite returns JSON and timestamps as text).
+            self._result[key] = [table.c[c].type._cached_result_processor(self.dialect, d[1])
+                                 for c, d in zip(cols, description)]
+        procs = self._result[key]
+        return lambda row: tuple(p(v) if p is not None and v is not None else v for p, v in zip(procs, row))
+
+    def _param(self) -> str:
+        return "?" if self.is_sqlite else "%s"
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def lookup(self, table: Table, key_cols: Sequence[str], keys: Iterable[tuple],
+               value_cols: Sequence[str]) -> dict[tuple, tuple]:
+        """{key: values} for the keys that exist."""
+        keys = list(dict.fromkeys(keys))
+        found: dict[tuple, tuple] = {}
+        width = len(key_cols)
+        cols = [*key_cols, *value_cols]
+        select = f"SELECT {', '.join(cols)} FROM {table.name} WHERE "
+        per_chunk = max(1, LOOKUP_CHUNK // width)
+        cur = self.raw.cursor()
+        for chunk in chunks(keys, per_chunk):
+            if width == 1:
+                where = f"{key_cols[0]} IN ({', '.join([self._param()] * len(chunk))})"
+            else:
+                one = "(" + ", ".join([self._param()] * width) + ")"
+                where = f"({', '.join(key_cols)}) IN (VALUES {', '.join([one] * len(chunk))})"
+            params = [v for key in self._encode(table, key_cols, chunk) for v in key]
+            cur.execute(select + where, params)
+            decode = self._decoder(table, cols, cur.description)
+            for row in cur.fetchall():
+                row = decode(row)
+                found[tuple(row[:width])] = tuple(row[width:])
+        cur.close()
+        return found
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def allocate_ids(self, table: Table, n: int) -> list[int]:
+        """n fresh primary-key values for `table`."""
+        if n == 0:
+            return []
+        cur = self.raw.cursor()
+        if self.is_sqlite:
+            if table.name not in self._next_id:
+                cur.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {table.name}")
+                self._next_id[table.name] = cur.fetchone()[0]
+            start = self._next_id[table.name]
+            self._next_id[table.name] = start + n
+            cur.close()
+            return list(range(start, start + n))
+        cur.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+                    (table.name, n))
+        ids = [r[0] for r in cur.fetchall()]
+        cur.close()
+        return ids
+
+    def insert(self, table: Table, cols: Sequence[str], rows: list[Sequence[Any]]) -> None:
+        """Rows that cannot conflict (children of rows this transaction just created)."""
+        if not rows:
+            return
+        data = self._encode(table, cols, rows)
+        if self.is_sqlite:
+            sql = f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+            cur = self.raw.cursor()
+            for chunk in chunks(data, WRITE_CHUNK):
+                cur.executemany(sql, chunk)
+            cur.close()
+            return
+        with self.raw.cursor() as cur:
+            with cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN") as copy:
+                for row in data:
+                    copy.write_row(row)
+
+    def insert_ignore(self, table: Table, cols: Sequence[str], rows: list[Sequence[Any]]) -> set[int] | None:
+        """Rows that another writer may have inserted meanwhile: those are skipped. When
+        `cols` starts with `id`, returns the ids that were really inserted."""
+        if not rows:
+            return set()
+        data = self._encode(table, cols, rows)
+        returns = cols[0] == "id"
+        if self.is_sqlite:
+            # The write lock is ours for the whole unit: nothing can have appeared since the
+            # caller's lookup, so every row goes in.
+            sql = (f"INSERT INTO {table.name} ({', '.join(cols)}) "
+                   f"VALUES ({', '.join('?' * len(cols))}) ON CONFLICT DO NOTHING")
+            cur = self.raw.cursor()
+            for chunk in chunks(data, WRITE_CHUNK):
+                cur.executemany(sql, chunk)
+            cur.close()
+            return {row[0] for row in rows} if returns else None
+        stage = self._stage(table)
+        col_list = ", ".join(cols)
+        with self.raw.cursor() as cur:
+            with cur.copy(f"COPY {stage} ({col_list}) FROM STDIN") as copy:
+                for row in data:
+                    copy.write_row(row)
+            # ORDER BY id: concurrent ingests then take row locks in the same order, so two
+            # writers of overlapping data wait for each other instead of deadlocking.
+            cur.execute(f"INSERT INTO {table.name} ({col_list}) SELECT {col_list} FROM {stage} "
+                        f"ORDER BY {cols[0]} ON CONFLICT DO NOTHING" + (" RETURNING id" if returns else ""))
+            inserted = {r[0] for r in cur.fetchall()} if returns else None
+            cur.execute(f"TRUNCATE {stage}")
+        return inserted
+
+    def _stage(self, table: Table) -> str:
+        name = f"stage_{table.name}"
+        if name not in self._staged:
+            with self.raw.cursor() as cur:
+                cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} "
+                            f"(LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
+            self._staged.add(name)
+        return name
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """One statement in the dialect's own parameter style (`?` is rewritten for psycopg)."""
+        cur = self.raw.cursor()
+        cur.execute(sql if self.is_sqlite else sql.replace("?", "%s"), params)
+        cur.close()
+
+
+def insert_one_or_skip(conn: Connection, table: Table, values: dict[str, Any], conflict_cols: Sequence[str]) -> int | None:
+    """Insert one row unless its key exists: the new id, or None when it was already there.
+    On PostgreSQL a concurrent insert of the same key waits for the other transaction, so a
+    None here means the other writer committed it."""
     dialect = sqlite if conn.dialect.name == "sqlite" else postgresql
-    return dialect.insert(table)
-
-
-def insert_ignore(
-    conn: Connection,
-    table: Table,
-    rows: list[dict[str, Any]],
-    conflict_cols: Sequence[str],
-    returning: Sequence[str] = (),
-) -> list[tuple]:
-    """INSERT … ON CONFLICT (conflict_cols) DO NOTHING; with `returning`, the named columns of
-    the rows actually inserted (rows that already existed return nothing)."""
-    if not rows:
-        return []
-    stmt = _insert(conn, table).on_conflict_do_nothing(index_elements=list(conflict_cols))
-    if not returning:
-        conn.execute(stmt, rows)
-        return []
-    stmt = stmt.returning(*(table.c[name] for name in returning))
-    out: list[tuple] = []
-    # insertmanyvalues batches by the driver's parameter limit; one statement per chunk keeps
-    # each RETURNING result small.
-    for chunk in chunks(rows, 1000):
-        out.extend(tuple(r) for r in conn.execute(stmt, list(chunk)))
-    return out
-
-
-def insert_rows(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
-    """Plain executemany for rows known to be new (their parent was inserted just now)."""
-    if rows:
-        conn.execute(table.insert(), rows)
-
-
-def lookup(
-    conn: Connection,
-    table: Table,
-    key_cols: Sequence[str],
-    keys: Iterable[tuple],
-    value_cols: Sequence[str],
-) -> dict[tuple, tuple]:
-    """{key: values} for the keys that exist, looked up in parameter-bounded chunks."""
-    keys = list(dict.fromkeys(keys))
-    found: dict[tuple, tuple] = {}
-    key_exprs = [table.c[name] for name in key_cols]
-    cols = key_exprs + [table.c[name] for name in value_cols]
-    width = len(key_cols)
-    for chunk in chunks(keys, LOOKUP_CHUNK):
-        if width == 1:
-            cond = key_exprs[0].in_([k[0] for k in chunk])
-        else:
-            cond = tuple_(*key_exprs).in_(list(chunk))
-        for row in conn.execute(select(*cols).where(cond)):
-            found[tuple(row[:width])] = tuple(row[width:])
-    return found
+    stmt = (dialect.insert(table).values(**values).on_conflict_do_nothing(index_elements=list(conflict_cols))
+            .returning(table.c.id))
+    return conn.execute(stmt).scalar()

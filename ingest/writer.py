@@ -42,6 +42,10 @@ TRIAL_FIELDS = (
 )
 
 
+# Every stored trial column besides the key, in the order the bulk writer sends them.
+TRIAL_COLUMNS = ("task_id", "status", *TRIAL_FIELDS, "detail")
+
+
 def message_hash(text: str) -> bytes:
     return hashlib.sha256(to_bytes(text)).digest()
 
@@ -72,8 +76,8 @@ class UnitCounts:
 def ensure_source(engine: Engine, kind: str, uri: str, name: str, revision: str | None = None,
                   card: dict | None = None) -> int:
     with write_transaction(engine) as conn:
-        bulk.insert_ignore(conn, T["sources"], [dict(kind=kind, uri=uri, name=name, revision=revision,
-                                                     card=card)], ["kind", "uri"])
+        bulk.insert_one_or_skip(conn, T["sources"], dict(kind=kind, uri=uri, name=name, revision=revision,
+                                                         card=card), ["kind", "uri"])
         row = conn.execute(select(T["sources"].c.id, T["sources"].c.revision).where(
             T["sources"].c.kind == kind, T["sources"].c.uri == uri)).one()
         if revision is not None and row.revision != revision:
@@ -98,15 +102,15 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
     """Write one unit in one transaction. Raises AlreadyLoaded when the ledger has it."""
     started = datetime.now(timezone.utc)
     with write_transaction(engine) as conn:
-        inserted = bulk.insert_ignore(conn, T["loads"], [dict(
+        load_id = bulk.insert_one_or_skip(conn, T["loads"], dict(
             source_id=source_id, unit=unit_name, content_hash=content_hash, status="loading",
             started_at=started, finished_at=started, tool_version=__version__, arrow_schema=arrow_schema,
             n_rows=0, n_trials=0, n_episodes_new=0, n_episodes_duplicate=0, n_conflicts=0,
             n_rejected=0, n_turns=0, n_bytes=0,
-        )], ["source_id", "content_hash"], returning=["id"])
-        if not inserted:
+        ), ["source_id", "content_hash"])
+        if load_id is None:
             raise AlreadyLoaded(unit_name)
-        writer = UnitWriter(conn, inserted[0][0])
+        writer = UnitWriter(conn, load_id)
         yield writer
         c = writer.counts
         conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
@@ -125,6 +129,7 @@ class UnitWriter:
 
     def __init__(self, conn: Connection, load_id: int):
         self.conn = conn
+        self.bulk = bulk.Bulk(conn)
         self.load_id = load_id
         self.counts = UnitCounts()
         self._run_ids: dict[str, int] = {}
@@ -133,6 +138,7 @@ class UnitWriter:
         self._trial_ids: dict[tuple[int, str], int] = {}
         self._trial_values: dict[int, dict[str, Any]] = {}
         self._episodes: dict[tuple[int, str, int], tuple[int, str]] = {}
+        self._next_row = 0
 
     # -- public ------------------------------------------------------------------------------
 
@@ -142,13 +148,13 @@ class UnitWriter:
 
     def add_runs(self, runs: list[Run]) -> None:
         """Run-level facts (a job's config and result): fill what is not known yet."""
-        self._ensure_runs([r.run_key for r in runs])
+        self._ensure_runs([r.run_key for r in runs], {r.run_key: r.name for r in runs if r.name})
+        runs_t = T["runs"]
         for run in runs:
             values = {k: v for k, v in dict(name=run.name, job_id=run.job_id, started_at=run.started_at,
                                             finished_at=run.finished_at, detail=run.detail).items()
                       if v is not None}
             if values:
-                runs_t = T["runs"]
                 existing = self.conn.execute(select(runs_t).where(runs_t.c.id == self._run_ids[run.run_key])).one()
                 fill = {k: v for k, v in values.items() if getattr(existing, k) is None}
                 if fill:
@@ -166,49 +172,52 @@ class UnitWriter:
         trial_ids = self._ensure_trials(trials)
         self._write_episodes(trials, trial_ids)
 
-    # -- dimension tables ---------------------------------------------------------------------
+    # -- keyed rows ---------------------------------------------------------------------------
 
-    def _ensure_runs(self, keys: list[str], names: dict[str, str] | None = None) -> None:
-        missing = [k for k in dict.fromkeys(keys) if k not in self._run_ids]
+    def _insert_new(self, table, key_cols: list[str], rows: dict[tuple, tuple], other_cols: list[str]
+                    ) -> tuple[dict[tuple, int], set[tuple]]:
+        """Insert rows for keys the caller found missing: ({key: id}, keys inserted by us).
+        A key another writer inserted meanwhile is looked up instead."""
+        ids = self.bulk.allocate_ids(table, len(rows))
+        data = [(row_id, *key, *values) for row_id, (key, values) in zip(ids, rows.items())]
+        inserted_ids = self.bulk.insert_ignore(table, ["id", *key_cols, *other_cols], data)
+        result = {key: row_id for row_id, key in zip(ids, rows) if row_id in inserted_ids}
+        inserted = set(result)
+        late = [key for key in rows if key not in inserted]
+        if late:
+            found = self.bulk.lookup(table, key_cols, late, ["id"])
+            result.update({key: values[0] for key, values in found.items()})
+        return result, inserted
+
+    def _ensure(self, table, key_col: str, cache: dict, rows: dict[Any, tuple], other_cols: list[str]) -> None:
+        """Ids for single-column keys (runs, tasks, messages), creating the missing ones."""
+        missing = [k for k in rows if k not in cache]
         if not missing:
             return
-        names = names or {}
-        bulk.insert_ignore(self.conn, T["runs"], [dict(run_key=k, name=names.get(k)) for k in missing], ["run_key"])
-        found = bulk.lookup(self.conn, T["runs"], ["run_key"], [(k,) for k in missing], ["id"])
-        self._run_ids.update({k[0]: v[0] for k, v in found.items()})
+        found = self.bulk.lookup(table, [key_col], [(k,) for k in missing], ["id"])
+        cache.update({key[0]: values[0] for key, values in found.items()})
+        new = {(k,): rows[k] for k in missing if k not in cache}
+        if new:
+            ids, _ = self._insert_new(table, [key_col], new, other_cols)
+            cache.update({key[0]: row_id for key, row_id in ids.items()})
+
+    def _ensure_runs(self, keys: list[str], names: dict[str, str]) -> None:
+        self._ensure(T["runs"], "run_key", self._run_ids, {k: (names.get(k),) for k in keys}, ["name"])
 
     def _ensure_tasks(self, names: list[str]) -> None:
-        missing = [n for n in dict.fromkeys(names) if n not in self._task_ids]
-        if not missing:
-            return
-        bulk.insert_ignore(self.conn, T["tasks"], [dict(name=n) for n in missing], ["name"])
-        found = bulk.lookup(self.conn, T["tasks"], ["name"], [(n,) for n in missing], ["id"])
-        self._task_ids.update({k[0]: v[0] for k, v in found.items()})
+        self._ensure(T["tasks"], "name", self._task_ids, {n: () for n in names}, [])
 
     def _ensure_messages(self, texts: list[str]) -> None:
-        by_hash: dict[bytes, str] = {}
+        rows: dict[bytes, tuple] = {}
         for text in texts:
             h = message_hash(text)
-            if h not in self._message_ids:
-                by_hash.setdefault(h, text)
-        if not by_hash:
-            return
-        hashes = list(by_hash)
-        found = bulk.lookup(self.conn, T["messages"], ["content_hash"], [(h,) for h in hashes], ["id"])
-        self._message_ids.update({k[0]: v[0] for k, v in found.items()})
-        new_rows = []
-        for h in hashes:
-            if h in self._message_ids:
-                continue
-            text = by_hash[h]
-            safe, raw = split_text(text)
-            new_rows.append(dict(content_hash=h, content=safe, content_raw=raw, n_chars=len(text)))
-            self.counts.n_bytes += len(raw) if raw is not None else len(text)
-        if new_rows:
-            bulk.insert_ignore(self.conn, T["messages"], new_rows, ["content_hash"])
-            found = bulk.lookup(self.conn, T["messages"], ["content_hash"],
-                                [(r["content_hash"],) for r in new_rows], ["id"])
-            self._message_ids.update({k[0]: v[0] for k, v in found.items()})
+            if h not in self._message_ids and h not in rows:
+                safe, raw = split_text(text)
+                rows[h] = (safe, raw, len(text))
+        before = len(self._message_ids)
+        self._ensure(T["messages"], "content_hash", self._message_ids, rows, ["content", "content_raw", "n_chars"])
+        if len(self._message_ids) > before:
+            self.counts.n_bytes += sum(len(r[1]) if r[1] is not None else len(r[0]) for r in rows.values())
 
     # -- trials -------------------------------------------------------------------------------
 
@@ -222,9 +231,8 @@ class UnitWriter:
         if raw:
             detail["raw_text"] = raw  # the exact strings; the columns hold display-safe copies
         return dict(
-            run_id=self._run_ids[t.run_key],
             task_id=self._task_ids.get(t.task_name) if t.task_name is not None else None,
-            trial_name=t.trial_name, status=t.status, agent=t.agent, agent_version=t.agent_version,
+            status=t.status, agent=t.agent, agent_version=t.agent_version,
             model=t.model, model_provider=t.model_provider, result=t.result, reward=t.reward,
             rewards=t.rewards, exception_type=t.exception_type, exception_message=exception_message,
             started_at=t.started_at, finished_at=t.finished_at, date_raw=t.date_raw,
@@ -235,40 +243,40 @@ class UnitWriter:
         )
 
     def _ensure_trials(self, trials: list[Trial]) -> list[int]:
+        keys = [(self._run_ids[t.run_key], t.trial_name) for t in trials]
         incoming = [self._trial_row(t) for t in trials]
-        keys = [(v["run_id"], v["trial_name"]) for v in incoming]
         unknown = [k for k in dict.fromkeys(keys) if k not in self._trial_ids]
         if unknown:
             trials_t = T["trials"]
-            cols = ["id", "task_id", "status", "detail", *TRIAL_FIELDS]
-            found = bulk.lookup(self.conn, trials_t, ["run_id", "trial_name"], unknown, cols)
+            found = self.bulk.lookup(trials_t, ["run_id", "trial_name"], unknown, ["id", *TRIAL_COLUMNS])
             for key, values in found.items():
-                self._remember_trial(key, dict(zip(cols, values)))
-            first_of_new = {}
+                stored = dict(zip(["id", *TRIAL_COLUMNS], values))
+                self._trial_ids[key] = stored["id"]
+                self._trial_values[stored["id"]] = stored
+            new: dict[tuple, dict[str, Any]] = {}
             for key, values in zip(keys, incoming):
                 if key not in self._trial_ids:
-                    first_of_new.setdefault(key, values)
-            inserted = bulk.insert_ignore(self.conn, trials_t, list(first_of_new.values()),
-                                          ["run_id", "trial_name"], returning=["id", "run_id", "trial_name"])
-            for trial_id, run_id, name in inserted:
-                self._remember_trial((run_id, name), {**first_of_new[(run_id, name)], "id": trial_id})
-            # A concurrent ingest may have inserted some of them first: look those up.
-            late = [k for k in first_of_new if k not in self._trial_ids]
-            for key, values in bulk.lookup(self.conn, trials_t, ["run_id", "trial_name"], late, cols).items():
-                self._remember_trial(key, dict(zip(cols, values)))
-            bulk.insert_ignore(self.conn, T["trial_loads"],
-                               [dict(trial_id=self._trial_ids[k], load_id=self.load_id) for k in unknown],
-                               ["trial_id", "load_id"])
+                    new.setdefault(key, values)
+            if new:
+                ids, inserted = self._insert_new(
+                    trials_t, ["run_id", "trial_name"],
+                    {k: tuple(v[c] for c in TRIAL_COLUMNS) for k, v in new.items()}, list(TRIAL_COLUMNS))
+                for key, trial_id in ids.items():
+                    self._trial_ids[key] = trial_id
+                    if key in inserted:
+                        self._trial_values[trial_id] = dict(new[key], id=trial_id)
+                late = [k for k in new if k not in inserted]
+                for key, values in self.bulk.lookup(trials_t, ["run_id", "trial_name"], late,
+                                                    ["id", *TRIAL_COLUMNS]).items():
+                    self._trial_values[values[0]] = dict(zip(["id", *TRIAL_COLUMNS], values))
+            self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"],
+                             [(self._trial_ids[k], self.load_id) for k in unknown])
         ids = []
         for key, values in zip(keys, incoming):
             trial_id = self._trial_ids[key]
             self._merge_trial(trial_id, values)
             ids.append(trial_id)
         return ids
-
-    def _remember_trial(self, key: tuple[int, str], values: dict[str, Any]) -> None:
-        self._trial_ids[key] = values["id"]
-        self._trial_values[values["id"]] = values
 
     def _merge_trial(self, trial_id: int, incoming: dict[str, Any]) -> None:
         """Fill what the stored trial lacks; record where the two disagree."""
@@ -295,61 +303,58 @@ class UnitWriter:
     # -- episodes -----------------------------------------------------------------------------
 
     def _write_episodes(self, trials: list[Trial], trial_ids: list[int]) -> None:
-        batch: list[tuple[tuple[int, str, int], Episode, str]] = []
+        batch: list[tuple[tuple[int, str, int], Episode, str, int]] = []
         for trial, trial_id in zip(trials, trial_ids):
             for ep in trial.episodes:
-                batch.append(((trial_id, ep.trace_source, ep.episode_index), ep, conversation_hash(ep)))
+                row_number = ep.row_number if ep.row_number is not None else self._next_row
+                self._next_row = max(self._next_row, row_number) + 1
+                batch.append(((trial_id, ep.trace_source, ep.episode_index), ep, conversation_hash(ep), row_number))
         if not batch:
             return
         self.counts.n_rows += len(batch)
-        unknown = [k for k, _, _ in batch if k not in self._episodes]
+        episodes_t = T["episodes"]
+        key_cols = ["trial_id", "trace_source", "episode_index"]
+        unknown = [k for k, *_ in batch if k not in self._episodes]
         if unknown:
-            found = bulk.lookup(self.conn, T["episodes"], ["trial_id", "trace_source", "episode_index"],
-                                unknown, ["id", "conversation_hash"])
+            found = self.bulk.lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash"])
             self._episodes.update({k: (v[0], v[1]) for k, v in found.items()})
-        new: dict[tuple, tuple[Episode, str]] = {}
-        for key, ep, chash in batch:
-            if key not in self._episodes:
-                new.setdefault(key, (ep, chash))
-        inserted: dict[tuple, int] = {}
+        new: dict[tuple, tuple] = {}
+        new_episode: dict[tuple, tuple[Episode, str]] = {}
+        for key, ep, chash, _ in batch:
+            if key not in self._episodes and key not in new:
+                n_chars = sum(len(t.content) for t in ep.turns if t.content is not None)
+                new[key] = (len(ep.turns), n_chars, chash, ep.extra)
+                new_episode[key] = (ep, chash)
+        inserted: set[tuple] = set()
         if new:
-            rows = [dict(trial_id=k[0], trace_source=k[1], episode_index=k[2], n_turns=len(ep.turns),
-                         n_chars=sum(len(t.content) for t in ep.turns if t.content is not None),
-                         conversation_hash=chash, extra=ep.extra)
-                    for k, (ep, chash) in new.items()]
-            for ep_id, *key in bulk.insert_ignore(
-                    self.conn, T["episodes"], rows, ["trial_id", "trace_source", "episode_index"],
-                    returning=["id", "trial_id", "trace_source", "episode_index"]):
-                inserted[tuple(key)] = ep_id
-                self._episodes[tuple(key)] = (ep_id, new[tuple(key)][1])
+            ids, inserted = self._insert_new(episodes_t, key_cols, new,
+                                             ["n_turns", "n_chars", "conversation_hash", "extra"])
             late = [k for k in new if k not in inserted]
-            if late:
-                found = bulk.lookup(self.conn, T["episodes"], ["trial_id", "trace_source", "episode_index"],
-                                    late, ["id", "conversation_hash"])
-                self._episodes.update({k: (v[0], v[1]) for k, v in found.items()})
+            late_found = self.bulk.lookup(episodes_t, key_cols, late, ["id", "conversation_hash"]) if late else {}
+            for key, ep_id in ids.items():
+                self._episodes[key] = (ep_id, new_episode[key][1]) if key in inserted else late_found[key]
         turn_rows = []
         provenance = []
-        for key, ep, chash in batch:
+        message_ids = self._message_ids
+        for key, ep, chash, row_number in batch:
             ep_id, kept_hash = self._episodes[key]
-            row_number = ep.row_number if ep.row_number is not None else self.counts.n_rows
-            if key in inserted and inserted.pop(key) == ep_id:
+            if key in inserted:
+                inserted.discard(key)  # a second copy of the key in this unit is a duplicate
                 self.counts.n_episodes_new += 1
                 self.counts.n_turns += len(ep.turns)
                 for idx, turn in enumerate(ep.turns):
-                    turn_rows.append(dict(
-                        episode_id=ep_id, idx=idx, role=turn.role,
-                        message_id=self._message_ids[message_hash(turn.content)] if turn.content is not None else None,
-                        extra=turn.extra,
-                    ))
-                provenance.append(dict(load_id=self.load_id, row_number=row_number, episode_id=ep_id))
+                    turn_rows.append((ep_id, idx, turn.role,
+                                      message_ids[message_hash(turn.content)] if turn.content is not None else None,
+                                      turn.extra))
+                provenance.append((self.load_id, row_number, ep_id))
             elif kept_hash == chash:
                 self.counts.n_episodes_duplicate += 1
-                provenance.append(dict(load_id=self.load_id, row_number=row_number, episode_id=ep_id))
+                provenance.append((self.load_id, row_number, ep_id))
             else:
                 self._conflict("episode", ep_id, "conversation", {"conversation_hash": kept_hash},
                                {"conversation_hash": chash, "n_turns": len(ep.turns)}, row_number)
-        bulk.insert_rows(self.conn, T["turns"], turn_rows)
-        bulk.insert_ignore(self.conn, T["episode_loads"], provenance, ["load_id", "row_number"])
+        self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], turn_rows)
+        self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id"], provenance)
 
     def _conflict(self, entity: str, entity_id: int, field_name: str | None, kept: dict, incoming: dict,
                   row_number: int | None) -> None:
@@ -357,10 +362,8 @@ class UnitWriter:
         if len(self.counts.conflicts) < 20:
             where = f"row {row_number}" if row_number is not None else f"{entity} {entity_id}"
             self.counts.conflicts.append(f"{where}: {entity} {field_name} differs from the stored one")
-        bulk.insert_rows(self.conn, T["conflicts"], [dict(
-            load_id=self.load_id, entity=entity, entity_id=entity_id, field=field_name,
-            kept=kept, incoming=incoming, row_number=row_number,
-        )])
+        self.bulk.insert(T["conflicts"], ["load_id", "entity", "entity_id", "field", "kept", "incoming", "row_number"],
+                         [(self.load_id, entity, entity_id, field_name, kept, incoming, row_number)])
 
 
 def _same_instant(a: Any, b: Any) -> bool:
