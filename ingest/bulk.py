@@ -1,15 +1,16 @@
 """Bulk statements for both backends: the only ingest module that knows which database it is
 talking to. Everything else hands rows here as tuples in a declared column order.
 
-Rows go straight to the DB-API cursor (SQLAlchemy's per-row parameter processing costs more
-than SQLite itself), with each column's SQLAlchemy bind processor applied once so values are
-stored exactly as the ORM types would store them. New rows get ids allocated up front, so a
-parent's id is known before its children are written and no per-row RETURNING is needed:
-- SQLite: the writer holds the database's write lock for the whole unit (BEGIN IMMEDIATE), so
-  the next ids are max(id)+1… and nobody can take them.
-- PostgreSQL: ids come from the table's sequence; rows are COPYed into a temporary stage and
-  merged with ON CONFLICT DO NOTHING, so a concurrent ingest of the same key loses no data
-  and the merge reports which rows were really inserted.
+One writer at a time: a unit's transaction first takes the warehouse's write lock (SQLite's
+own lock through BEGIN IMMEDIATE; a transaction-scoped advisory lock on PostgreSQL), so what
+a unit looked up cannot change under it. That is what makes the fast paths safe: rows go
+straight to the DB-API cursor (executemany on SQLite, COPY on PostgreSQL) with no ON CONFLICT
+and no RETURNING, and new rows get ids allocated up front so children can be written at once.
+Concurrent ingests queue for the lock instead of racing (no duplicates, no deadlocks);
+readers are never blocked.
+
+Each column's SQLAlchemy bind processor is applied once per value, so rows are stored exactly
+as the ORM types would store them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, LargeBinary, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
 # Keys per lookup statement: well under SQLite's 32,766 and PostgreSQL's 65,535 parameters
@@ -25,6 +26,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 LOOKUP_CHUNK = 900
 # Rows per executemany call; bounds the memory of one statement's parameters.
 WRITE_CHUNK = 5000
+# The advisory lock key every PostgreSQL writer takes (any constant unique to this tool).
+PG_WRITE_LOCK = 0x7472616A  # "traj"
 
 Processor = Callable[[Any], Any] | None
 
@@ -45,14 +48,15 @@ class Bulk:
         self._bind: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._result: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._next_id: dict[str, int] = {}
-        self._staged: set[str] = set()
 
     # -- values in and out -------------------------------------------------------------------
 
     def _encode(self, table: Table, cols: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[tuple]:
         key = (table.name, tuple(cols))
         if key not in self._bind:
-            self._bind[key] = [table.c[c].type._cached_bind_processor(self.dialect) for c in cols]
+            # Both drivers take bytes as they are; SQLAlchemy's Binary wrapper only costs time.
+            self._bind[key] = [None if isinstance(table.c[c].type, LargeBinary)
+                               else table.c[c].type._cached_bind_processor(self.dialect) for c in cols]
         procs = self._bind[key]
         active = [(i, p) for i, p in enumerate(procs) if p is not None]
         if not active:
@@ -128,7 +132,7 @@ class Bulk:
         return ids
 
     def insert(self, table: Table, cols: Sequence[str], rows: list[Sequence[Any]]) -> None:
-        """Rows that cannot conflict (children of rows this transaction just created)."""
+        """Rows the caller knows are new (it holds the write lock and looked them up)."""
         if not rows:
             return
         data = self._encode(table, cols, rows)
@@ -144,51 +148,18 @@ class Bulk:
                 for row in data:
                     copy.write_row(row)
 
-    def insert_ignore(self, table: Table, cols: Sequence[str], rows: list[Sequence[Any]]) -> set[int] | None:
-        """Rows that another writer may have inserted meanwhile: those are skipped. When
-        `cols` starts with `id`, returns the ids that were really inserted."""
-        if not rows:
-            return set()
-        data = self._encode(table, cols, rows)
-        returns = cols[0] == "id"
-        if self.is_sqlite:
-            # The write lock is ours for the whole unit: nothing can have appeared since the
-            # caller's lookup, so every row goes in.
-            sql = (f"INSERT INTO {table.name} ({', '.join(cols)}) "
-                   f"VALUES ({', '.join('?' * len(cols))}) ON CONFLICT DO NOTHING")
-            cur = self.raw.cursor()
-            for chunk in chunks(data, WRITE_CHUNK):
-                cur.executemany(sql, chunk)
-            cur.close()
-            return {row[0] for row in rows} if returns else None
-        stage = self._stage(table)
-        col_list = ", ".join(cols)
-        with self.raw.cursor() as cur:
-            with cur.copy(f"COPY {stage} ({col_list}) FROM STDIN") as copy:
-                for row in data:
-                    copy.write_row(row)
-            # ORDER BY id: concurrent ingests then take row locks in the same order, so two
-            # writers of overlapping data wait for each other instead of deadlocking.
-            cur.execute(f"INSERT INTO {table.name} ({col_list}) SELECT {col_list} FROM {stage} "
-                        f"ORDER BY {cols[0]} ON CONFLICT DO NOTHING" + (" RETURNING id" if returns else ""))
-            inserted = {r[0] for r in cur.fetchall()} if returns else None
-            cur.execute(f"TRUNCATE {stage}")
-        return inserted
-
-    def _stage(self, table: Table) -> str:
-        name = f"stage_{table.name}"
-        if name not in self._staged:
-            with self.raw.cursor() as cur:
-                cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} "
-                            f"(LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
-            self._staged.add(name)
-        return name
-
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         """One statement in the dialect's own parameter style (`?` is rewritten for psycopg)."""
         cur = self.raw.cursor()
         cur.execute(sql if self.is_sqlite else sql.replace("?", "%s"), params)
         cur.close()
+
+
+def lock_for_writing(conn: Connection) -> None:
+    """Take the warehouse's write lock for the rest of this transaction."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_WRITE_LOCK})")
+    # SQLite: the transaction began with BEGIN IMMEDIATE (warehouse.db.engine), which is the lock.
 
 
 def insert_one_or_skip(conn: Connection, table: Table, values: dict[str, Any], conflict_cols: Sequence[str]) -> int | None:

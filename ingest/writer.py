@@ -50,12 +50,12 @@ def message_hash(text: str) -> bytes:
     return hashlib.sha256(to_bytes(text)).digest()
 
 
-def conversation_hash(episode: Episode) -> str:
+def conversation_hash(episode: Episode, hash_text=message_hash) -> str:
     h = hashlib.sha256()
     for turn in episode.turns:
         h.update(to_bytes(turn.role))
         h.update(b"\x00")
-        h.update(message_hash(turn.content) if turn.content is not None else b"-")
+        h.update(hash_text(turn.content) if turn.content is not None else b"-")
     return h.hexdigest()
 
 
@@ -102,6 +102,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
     """Write one unit in one transaction. Raises AlreadyLoaded when the ledger has it."""
     started = datetime.now(timezone.utc)
     with write_transaction(engine) as conn:
+        bulk.lock_for_writing(conn)
         load_id = bulk.insert_one_or_skip(conn, T["loads"], dict(
             source_id=source_id, unit=unit_name, content_hash=content_hash, status="loading",
             started_at=started, finished_at=started, tool_version=__version__, arrow_schema=arrow_schema,
@@ -139,6 +140,7 @@ class UnitWriter:
         self._trial_values: dict[int, dict[str, Any]] = {}
         self._episodes: dict[tuple[int, str, int], tuple[int, str]] = {}
         self._next_row = 0
+        self._hashes: dict[str, bytes] = {}
 
     # -- public ------------------------------------------------------------------------------
 
@@ -164,6 +166,8 @@ class UnitWriter:
         """Write a batch of trials and their episodes."""
         if not trials:
             return
+        # Each text is hashed once per batch, however many turns and prefixes repeat it.
+        self._hashes = {}
         self._ensure_runs([t.run_key for t in trials], run_names or {})
         self._ensure_tasks([t.task_name for t in trials if t.task_name is not None])
         texts = [turn.content for t in trials for e in t.episodes for turn in e.turns if turn.content is not None]
@@ -172,22 +176,21 @@ class UnitWriter:
         trial_ids = self._ensure_trials(trials)
         self._write_episodes(trials, trial_ids)
 
+    def _hash(self, text: str) -> bytes:
+        h = self._hashes.get(text)
+        if h is None:
+            h = self._hashes[text] = message_hash(text)
+        return h
+
     # -- keyed rows ---------------------------------------------------------------------------
 
     def _insert_new(self, table, key_cols: list[str], rows: dict[tuple, tuple], other_cols: list[str]
-                    ) -> tuple[dict[tuple, int], set[tuple]]:
-        """Insert rows for keys the caller found missing: ({key: id}, keys inserted by us).
-        A key another writer inserted meanwhile is looked up instead."""
+                    ) -> dict[tuple, int]:
+        """Insert rows for keys the caller found missing; their new ids by key."""
         ids = self.bulk.allocate_ids(table, len(rows))
-        data = [(row_id, *key, *values) for row_id, (key, values) in zip(ids, rows.items())]
-        inserted_ids = self.bulk.insert_ignore(table, ["id", *key_cols, *other_cols], data)
-        result = {key: row_id for row_id, key in zip(ids, rows) if row_id in inserted_ids}
-        inserted = set(result)
-        late = [key for key in rows if key not in inserted]
-        if late:
-            found = self.bulk.lookup(table, key_cols, late, ["id"])
-            result.update({key: values[0] for key, values in found.items()})
-        return result, inserted
+        self.bulk.insert(table, ["id", *key_cols, *other_cols],
+                         [(row_id, *key, *values) for row_id, (key, values) in zip(ids, rows.items())])
+        return dict(zip(rows, ids))
 
     def _ensure(self, table, key_col: str, cache: dict, rows: dict[Any, tuple], other_cols: list[str]) -> None:
         """Ids for single-column keys (runs, tasks, messages), creating the missing ones."""
@@ -198,7 +201,7 @@ class UnitWriter:
         cache.update({key[0]: values[0] for key, values in found.items()})
         new = {(k,): rows[k] for k in missing if k not in cache}
         if new:
-            ids, _ = self._insert_new(table, [key_col], new, other_cols)
+            ids = self._insert_new(table, [key_col], new, other_cols)
             cache.update({key[0]: row_id for key, row_id in ids.items()})
 
     def _ensure_runs(self, keys: list[str], names: dict[str, str]) -> None:
@@ -210,7 +213,7 @@ class UnitWriter:
     def _ensure_messages(self, texts: list[str]) -> None:
         rows: dict[bytes, tuple] = {}
         for text in texts:
-            h = message_hash(text)
+            h = self._hash(text)
             if h not in self._message_ids and h not in rows:
                 safe, raw = split_text(text)
                 rows[h] = (safe, raw, len(text))
@@ -238,7 +241,7 @@ class UnitWriter:
             started_at=t.started_at, finished_at=t.finished_at, date_raw=t.date_raw,
             n_input_tokens=t.n_input_tokens, n_cache_tokens=t.n_cache_tokens,
             n_output_tokens=t.n_output_tokens, cost_usd=t.cost_usd, verifier_output=verifier_output,
-            instruction_id=self._message_ids[message_hash(t.instruction)] if t.instruction is not None else None,
+            instruction_id=self._message_ids[self._hash(t.instruction)] if t.instruction is not None else None,
             task_checksum=t.task_checksum, source_run_id=t.source_run_id, detail=detail or None,
         )
 
@@ -258,17 +261,12 @@ class UnitWriter:
                 if key not in self._trial_ids:
                     new.setdefault(key, values)
             if new:
-                ids, inserted = self._insert_new(
-                    trials_t, ["run_id", "trial_name"],
-                    {k: tuple(v[c] for c in TRIAL_COLUMNS) for k, v in new.items()}, list(TRIAL_COLUMNS))
+                ids = self._insert_new(trials_t, ["run_id", "trial_name"],
+                                       {k: tuple(v[c] for c in TRIAL_COLUMNS) for k, v in new.items()},
+                                       list(TRIAL_COLUMNS))
                 for key, trial_id in ids.items():
                     self._trial_ids[key] = trial_id
-                    if key in inserted:
-                        self._trial_values[trial_id] = dict(new[key], id=trial_id)
-                late = [k for k in new if k not in inserted]
-                for key, values in self.bulk.lookup(trials_t, ["run_id", "trial_name"], late,
-                                                    ["id", *TRIAL_COLUMNS]).items():
-                    self._trial_values[values[0]] = dict(zip(["id", *TRIAL_COLUMNS], values))
+                    self._trial_values[trial_id] = dict(new[key], id=trial_id)
             self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"],
                              [(self._trial_ids[k], self.load_id) for k in unknown])
         ids = []
@@ -308,7 +306,7 @@ class UnitWriter:
             for ep in trial.episodes:
                 row_number = ep.row_number if ep.row_number is not None else self._next_row
                 self._next_row = max(self._next_row, row_number) + 1
-                batch.append(((trial_id, ep.trace_source, ep.episode_index), ep, conversation_hash(ep), row_number))
+                batch.append(((trial_id, ep.trace_source, ep.episode_index), ep, conversation_hash(ep, self._hash), row_number))
         if not batch:
             return
         self.counts.n_rows += len(batch)
@@ -319,20 +317,16 @@ class UnitWriter:
             found = self.bulk.lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash"])
             self._episodes.update({k: (v[0], v[1]) for k, v in found.items()})
         new: dict[tuple, tuple] = {}
-        new_episode: dict[tuple, tuple[Episode, str]] = {}
         for key, ep, chash, _ in batch:
             if key not in self._episodes and key not in new:
                 n_chars = sum(len(t.content) for t in ep.turns if t.content is not None)
                 new[key] = (len(ep.turns), n_chars, chash, ep.extra)
-                new_episode[key] = (ep, chash)
         inserted: set[tuple] = set()
         if new:
-            ids, inserted = self._insert_new(episodes_t, key_cols, new,
-                                             ["n_turns", "n_chars", "conversation_hash", "extra"])
-            late = [k for k in new if k not in inserted]
-            late_found = self.bulk.lookup(episodes_t, key_cols, late, ["id", "conversation_hash"]) if late else {}
+            ids = self._insert_new(episodes_t, key_cols, new, ["n_turns", "n_chars", "conversation_hash", "extra"])
             for key, ep_id in ids.items():
-                self._episodes[key] = (ep_id, new_episode[key][1]) if key in inserted else late_found[key]
+                self._episodes[key] = (ep_id, new[key][2])
+            inserted = set(ids)
         turn_rows = []
         provenance = []
         message_ids = self._message_ids
@@ -344,7 +338,7 @@ class UnitWriter:
                 self.counts.n_turns += len(ep.turns)
                 for idx, turn in enumerate(ep.turns):
                     turn_rows.append((ep_id, idx, turn.role,
-                                      message_ids[message_hash(turn.content)] if turn.content is not None else None,
+                                      message_ids[self._hash(turn.content)] if turn.content is not None else None,
                                       turn.extra))
                 provenance.append((self.load_id, row_number, ep_id))
             elif kept_hash == chash:

@@ -19,7 +19,10 @@ REPLACEMENT = "\ufffd"
 
 
 def is_safe(text: str) -> bool:
-    return _UNSAFE.search(text) is None
+    if "\x00" in text:
+        return False
+    # Most text is ASCII, which cannot hold a surrogate; str.isascii() is a flag check.
+    return text.isascii() or _UNSAFE.search(text) is None
 
 
 def to_bytes(text: str) -> bytes:
