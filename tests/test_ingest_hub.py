@@ -232,6 +232,17 @@ def test_bad_row_fails_its_shard_unless_keep_going(engine, tmp_path):
     assert counts(engine)["episodes"] == 6
 
 
+def test_a_bad_unit_does_not_stop_the_others(engine, tmp_path):
+    ds = tmp_path / "ds"
+    (ds / "data").mkdir(parents=True)
+    (ds / "data" / "train-00000-of-00002.parquet").write_bytes(b"garbage")
+    write_shard(ds / "data" / "train-00001-of-00002.parquet", [hub_row("g__aaaaaaa", 0, [("user", "x")])])
+    summary = ingest(engine, [str(ds), str(tmp_path / "does-not-exist")])
+    assert summary.units_failed == 2 and summary.units_loaded == 1
+    assert "train-00000-of-00002.parquet" in summary.errors[0] and "does-not-exist" in summary.errors[1]
+    assert counts(engine)["episodes"] == 1
+
+
 def test_null_conversations_and_missing_role_are_rejected(engine, tmp_path):
     rows = [hub_row("a__aaaaaaa", 0, [("user", "x")]), hub_row("b__bbbbbbb", 0, [("user", "x")]),
             hub_row("c__ccccccc", 0, [("user", "fine")])]

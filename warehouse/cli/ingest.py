@@ -55,9 +55,13 @@ def ingest(
     run: Annotated[Optional[str], typer.Option(
         "--run", help="Run name for rows and trials whose files name no run (RL rollouts).")] = None,
     keep_going: Annotated[bool, typer.Option(
-        "--keep-going", "-k", help="Reject bad rows and skip bad units instead of stopping at the first.")] = False,
+        "--keep-going", "-k", help="Reject bad rows (the rest of their unit still loads) and exit 0 "
+        "even when units failed; failures are still reported and counted.")] = False,
 ) -> None:
-    """Load sources into the warehouse, idempotently: units already loaded are skipped."""
+    """Load sources into the warehouse, idempotently: units already loaded are skipped.
+
+    A bad unit (shard or trial directory) is reported in one line and not written at all;
+    every other unit still loads, and the exit code is 1 (0 with --keep-going)."""
     engine = state(ctx).ready_engine(create=True)
     summary = run_ingest(engine, sources, run=run, keep_going=keep_going, progress=BarProgress(),
                          warn=lambda msg: typer.echo(f"Error: {msg}", err=True))

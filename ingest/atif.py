@@ -1,0 +1,379 @@
+"""Render ATIF trajectories (Harbor `agent/trajectory*.json`) into episodes.
+
+The rules copy Harbor's trace exporter (`src/harbor/utils/traces_utils.py`,
+`extract_conversations_from_trajectory`, `_extract_single_episode_conversation`,
+`_extract_complete_subagent_conversation`, `normalize_message_content`) so that an episode read
+from a trace directory has the same keys, roles and texts as the Hub row Harbor exports from it
+(harbor-formats.md §4.4):
+
+- the k-th agent step that is not `is_copied_context` (counted across `trajectory.json` and its
+  `continued_trajectory_ref` chain) ends episode k, which holds every step of *its own file* up to
+  and including that agent step (Harbor slices each file separately);
+- `system` and `user` steps become role "user"; the first `system` step of a file gets the
+  `<tools>` block when the file's `agent.tool_definitions` is set;
+- an `agent` step becomes role "assistant": `<think>reasoning</think>`, the message, then one
+  `<tool_call>` block per tool call, joined with "\\n";
+- after every agent step except the last of the slice, its observation contents joined with "\\n"
+  become a "user" message; consecutive same-role messages are never merged;
+- a subagent trajectory is one complete conversation (episode 0) in which every agent step,
+  the last one included, is followed by its observation, and no `<tools>` block is embedded.
+
+Everything here works on parsed JSON values; reading files is `ingest.traces`' job. Steps are
+read with `.get()` and anything of an unexpected type is skipped or normalised rather than raised,
+because Harbor's exporter reads trajectories unvalidated too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.records import Episode, Turn
+
+# Per-step token data that would make every turn as large as the rollout; the Hub rows never
+# carry it either (it only appears in the separate literal-token columns).
+_DROPPED_METRIC_KEYS = ("prompt_token_ids", "completion_token_ids", "logprobs")
+
+# Step keys copied verbatim into Turn.extra (when present and not None).
+_STEP_EXTRA_KEYS = (
+    "step_id",
+    "source",
+    "timestamp",
+    "model_name",
+    "reasoning_effort",
+    "llm_call_count",
+    "is_copied_context",
+    "tool_calls",
+)
+
+
+def normalize_message_content(content: Any) -> str:
+    """Harbor's `normalize_message_content`: text of a message or observation content.
+
+    None -> "", str -> itself, a non-empty list whose first element is a dict with "text" ->
+    that text, anything else -> its JSON (ensure_ascii=False).
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content:
+        first = content[0]
+        if isinstance(first, dict) and "text" in first:
+            val = first.get("text")
+            return val if isinstance(val, str) else json.dumps(val, ensure_ascii=False)
+    try:
+        return json.dumps(content, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(content)
+
+
+def has_images(content: Any) -> bool:
+    return isinstance(content, list) and any(
+        isinstance(part, dict) and part.get("type") == "image" for part in content
+    )
+
+
+def step_is_multimodal(step: dict[str, Any]) -> bool:
+    if has_images(step.get("message")):
+        return True
+    observation = step.get("observation")
+    if isinstance(observation, dict):
+        for result in observation.get("results") or []:
+            if isinstance(result, dict) and has_images(result.get("content")):
+                return True
+    return False
+
+
+def _steps(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
+    steps = trajectory.get("steps")
+    if not isinstance(steps, list):
+        return []
+    return [s for s in steps if isinstance(s, dict)]
+
+
+def tool_definitions(trajectory: dict[str, Any]) -> Any:
+    agent = trajectory.get("agent")
+    return agent.get("tool_definitions") if isinstance(agent, dict) else None
+
+
+def _clean_metrics(metrics: Any) -> Any:
+    if not isinstance(metrics, dict):
+        return metrics
+    return {k: v for k, v in metrics.items() if k not in _DROPPED_METRIC_KEYS}
+
+
+def _text_for_turn(message: Any) -> str | None:
+    """Turn.content for a system/user message: Harbor writes the value as is; records hold text."""
+    if message is None or isinstance(message, str):
+        return message
+    return normalize_message_content(message)
+
+
+def _step_extra(step: dict[str, Any]) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    for key in _STEP_EXTRA_KEYS:
+        value = step.get(key)
+        if value is not None:
+            extra[key] = value
+    metrics = step.get("metrics")
+    if metrics is not None:
+        extra["metrics"] = _clean_metrics(metrics)
+    if step.get("extra") is not None:
+        extra["step_extra"] = step["extra"]
+    message = step.get("message")
+    if message is not None and not isinstance(message, str):
+        # ATIF v1.6 content parts: the turn text is the first part's text (Harbor's rule);
+        # keep the parts so nothing is lost.
+        extra["content_parts"] = message
+    if step_is_multimodal(step):
+        extra["multimodal"] = True
+    return extra
+
+
+def _assistant_content(step: dict[str, Any]) -> str:
+    parts: list[str] = []
+    reasoning = step.get("reasoning_content")
+    if reasoning:
+        parts.append(f"<think>{reasoning}</think>")
+    message = step.get("message", "")
+    if message:
+        if not isinstance(message, str):
+            # Harbor would fail joining a list here (multimodal aborts its export earlier);
+            # use the same text rule as for observations.
+            message = normalize_message_content(message)
+        # Harbor: restore an opening tag vLLM left in the prompt.
+        if "</think>" in message and "<think>" not in message:
+            message = "<think>" + message
+        parts.append(message)
+    tool_calls = step.get("tool_calls")
+    if tool_calls and isinstance(tool_calls, list):
+        for call in tool_calls:
+            if not isinstance(call, dict):
+                continue
+            obj = {"name": call.get("function_name"), "arguments": call.get("arguments", {})}
+            parts.append(f"<tool_call>\n{json.dumps(obj, ensure_ascii=False)}\n</tool_call>")
+    return "\n".join(parts) if parts else ""
+
+
+def _observation_turn(step: dict[str, Any]) -> Turn | None:
+    observation = step.get("observation")
+    if not observation or not isinstance(observation, dict):
+        return None
+    results = observation.get("results") or []
+    if not isinstance(results, list):
+        return None
+    contents: list[str] = []
+    call_ids: list[Any] = []
+    result_extras: list[Any] = []
+    subagent_refs: list[Any] = []
+    for result in results:
+        if isinstance(result, dict) and "content" in result:
+            contents.append(normalize_message_content(result["content"]))
+        if isinstance(result, dict):
+            if result.get("source_call_id") is not None:
+                call_ids.append(result["source_call_id"])
+            if result.get("extra") is not None:
+                result_extras.append(result["extra"])
+            if result.get("subagent_trajectory_ref") is not None:
+                subagent_refs.append(result["subagent_trajectory_ref"])
+    if not contents:
+        return None
+    extra: dict[str, Any] = {"observation_of_step": step.get("step_id")}
+    if call_ids:
+        extra["source_call_ids"] = call_ids
+    if result_extras:
+        extra["result_extras"] = result_extras
+    if subagent_refs:
+        extra["subagent_trajectory_refs"] = subagent_refs
+    if any(isinstance(r, dict) and has_images(r.get("content")) for r in results):
+        extra["multimodal"] = True
+    return Turn(role="user", content="\n".join(contents), extra=extra)
+
+
+@dataclass
+class _StepTurns:
+    source: Any
+    copied: bool
+    main: Turn | None
+    observation: Turn | None
+
+
+def _build_step_turns(
+    steps: list[dict[str, Any]], tools: Any, embed_tools: bool
+) -> list[_StepTurns]:
+    out: list[_StepTurns] = []
+    tools_added = False
+    for step in steps:
+        source = step.get("source")
+        message = step.get("message", "")
+        main: Turn | None = None
+        observation: Turn | None = None
+        if source == "system":
+            content = _text_for_turn(message)
+            if embed_tools and not tools_added and tools:
+                tools_json = json.dumps(tools, ensure_ascii=False, indent=2)
+                body = content if content is not None else ""
+                content = f"<tools>\n{tools_json}\n</tools>\n\n{body}"
+                tools_added = True
+            main = Turn(role="user", content=content, extra=_step_extra(step))
+        elif source == "user":
+            main = Turn(role="user", content=_text_for_turn(message), extra=_step_extra(step))
+        elif source == "agent":
+            main = Turn(role="assistant", content=_assistant_content(step), extra=_step_extra(step))
+            observation = _observation_turn(step)
+        # Any other source is not exported by Harbor either.
+        out.append(_StepTurns(source, bool(step.get("is_copied_context")), main, observation))
+    return out
+
+
+@dataclass
+class TrajectoryFile:
+    """One parsed trajectory file and where it came from (a path relative to the trial dir)."""
+
+    relpath: str
+    data: dict[str, Any]
+
+
+@dataclass
+class RenderContext:
+    """Run-level values Harbor puts on every row (used for Episode.extra)."""
+
+    agent: str | None = None  # Harbor's run agent: config.agent.name -> agent_info.name
+    model: str | None = None  # agent_info.model_info.name -> config.agent.model_name
+    embed_tools: bool = True
+
+
+def _episode_extra(file: TrajectoryFile, ctx: RenderContext, *, subagent: bool) -> dict[str, Any]:
+    agent = file.data.get("agent") if isinstance(file.data.get("agent"), dict) else {}
+    extra: dict[str, Any] = {"trajectory_file": file.relpath}
+    # The Hub `agent` column: the trajectory's agent name, except on subagent rows, which carry
+    # the main agent's name.
+    extra["agent"] = ctx.agent if subagent else (agent.get("name") or ctx.agent)
+    extra["model"] = agent.get("model_name") or ctx.model
+    tools = agent.get("tool_definitions")
+    if tools and not subagent:
+        extra["tool_definitions"] = tools
+    return extra
+
+
+def render_main_episodes(
+    files: list[TrajectoryFile], ctx: RenderContext, trace_source: str
+) -> list[Episode]:
+    """Episodes of a main trajectory and its continuation chain, in order (`--episodes all`).
+
+    Turn objects are shared between the episodes that contain them (every episode is a prefix of
+    the next within one file): treat them as read-only.
+    """
+    episodes: list[Episode] = []
+    offset = 0
+    for file in files:
+        steps = _steps(file.data)
+        step_turns = _build_step_turns(steps, tool_definitions(file.data), ctx.embed_tools)
+        prefix: list[Turn] = []
+        count = 0
+        multimodal = False
+        for st in step_turns:
+            if st.main is not None:
+                prefix.append(st.main)
+                multimodal = multimodal or bool(st.main.extra and st.main.extra.get("multimodal"))
+            if st.source == "agent" and not st.copied:
+                extra = _episode_extra(file, ctx, subagent=False)
+                if multimodal:
+                    extra["multimodal"] = True
+                episodes.append(
+                    Episode(
+                        episode_index=offset + count,
+                        turns=list(prefix),
+                        trace_source=trace_source,
+                        extra=extra,
+                    )
+                )
+                count += 1
+            if st.source == "agent" and st.observation is not None:
+                prefix.append(st.observation)
+                multimodal = multimodal or bool(st.observation.extra.get("multimodal"))
+        offset += count
+    return episodes
+
+
+def render_subagent_episode(
+    file: TrajectoryFile, ctx: RenderContext, trace_source: str
+) -> Episode | None:
+    """A subagent trajectory as one complete conversation (episode 0), or None when it has no
+    assistant turn (Harbor drops those)."""
+    steps = _steps(file.data)
+    if not steps:
+        return None
+    turns: list[Turn] = []
+    for st in _build_step_turns(steps, None, embed_tools=False):
+        if st.main is not None:
+            turns.append(st.main)
+        if st.source == "agent" and st.observation is not None:
+            turns.append(st.observation)
+    if not any(t.role == "assistant" for t in turns):
+        return None
+    extra = _episode_extra(file, ctx, subagent=True)
+    if any(t.extra and t.extra.get("multimodal") for t in turns):
+        extra["multimodal"] = True
+    return Episode(episode_index=0, turns=turns, trace_source=trace_source, extra=extra)
+
+
+def embedded_subagents(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """ATIF v1.7 `subagent_trajectories` embedded in a trajectory (dicts only)."""
+    subs = data.get("subagent_trajectories")
+    if not isinstance(subs, list):
+        return []
+    return [s for s in subs if isinstance(s, dict)]
+
+
+def embedded_label(sub: dict[str, Any], position: int) -> str:
+    """trace_source for an embedded subagent: its trajectory_id, else a label in its extra,
+    else its position."""
+    tid = sub.get("trajectory_id")
+    if isinstance(tid, str) and tid:
+        return tid
+    extra = sub.get("extra")
+    if isinstance(extra, dict):
+        for key in ("label", "name", "subagent_type"):
+            if isinstance(extra.get(key), str) and extra[key]:
+                return extra[key]
+    return f"subagent-{position}"
+
+
+def first_instruction(data: dict[str, Any]) -> str | None:
+    """Harbor's `_extract_instruction` on one trajectory: the stripped message of the first step
+    (any source) whose message is a non-empty string."""
+    for step in _steps(data):
+        message = step.get("message")
+        if isinstance(message, str) and message.strip():
+            return message.strip()
+    return None
+
+
+def trajectory_summary(file: TrajectoryFile) -> dict[str, Any]:
+    """The file-level facts rows do not carry (kept in Trial.detail)."""
+    data = file.data
+    agent = data.get("agent") if isinstance(data.get("agent"), dict) else {}
+    steps = _steps(data)
+    summary: dict[str, Any] = {
+        "file": file.relpath,
+        "schema_version": data.get("schema_version"),
+        "session_id": data.get("session_id"),
+        "n_steps": len(steps),
+        "n_agent_steps": sum(1 for s in steps if s.get("source") == "agent"),
+        "n_copied_steps": sum(1 for s in steps if s.get("is_copied_context")),
+        "agent": {k: v for k, v in agent.items() if k != "tool_definitions"},
+    }
+    for key in ("trajectory_id", "notes", "final_metrics", "continued_trajectory_ref", "extra"):
+        if data.get(key) is not None:
+            summary[key] = data[key]
+    tools = agent.get("tool_definitions")
+    if tools:
+        summary["n_tool_definitions"] = len(tools) if isinstance(tools, list) else None
+    if embedded_subagents(data):
+        summary["n_embedded_subagents"] = len(embedded_subagents(data))
+    if any(step_is_multimodal(s) for s in steps):
+        summary["multimodal"] = True
+    return summary

@@ -1,0 +1,74 @@
+"""What an ingest tells its caller: the running summary, progress, and failed units."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ingest import writer
+
+
+@dataclass
+class Summary:
+    units_loaded: int = 0
+    units_skipped: int = 0
+    units_failed: int = 0
+    rows: int = 0
+    trials: int = 0
+    trials_incomplete: int = 0
+    episodes_new: int = 0
+    episodes_duplicate: int = 0
+    conflicts: int = 0
+    rows_rejected: int = 0
+    turns: int = 0
+    bytes_read: int = 0
+    seconds: float = 0.0
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, counts: writer.UnitCounts) -> None:
+        self.units_loaded += 1
+        self.rows += counts.n_rows + counts.n_rejected
+        self.trials += counts.n_trials
+        self.episodes_new += counts.n_episodes_new
+        self.episodes_duplicate += counts.n_episodes_duplicate
+        self.conflicts += counts.n_conflicts
+        self.rows_rejected += counts.n_rejected
+        self.turns += counts.n_turns
+        self.notes += counts.conflicts
+        self.notes += [f"{r.where}: rejected: {r.reason}" for r in counts.rejected]
+
+    def lines(self) -> list[str]:
+        out = [
+            f"units: {self.units_loaded} loaded, {self.units_skipped} skipped (already loaded), "
+            f"{self.units_failed} failed",
+            f"episodes: {self.episodes_new} new, {self.episodes_duplicate} duplicate, "
+            f"{self.conflicts} conflicting; rows rejected: {self.rows_rejected}",
+            f"trials: {self.trials} in loaded units ({self.trials_incomplete} incomplete); "
+            f"turns written: {self.turns}; {self.seconds:.1f}s",
+        ]
+        return out
+
+
+class Progress:
+    """What the pipeline reports as it goes; the CLI draws it, tests ignore it."""
+
+    def start(self, label: str, total_rows: int) -> None: ...
+    def advance(self, rows: int, nbytes: int) -> None: ...
+    def finish(self) -> None: ...
+
+
+def fail(summary: Summary, message: str, warn: Callable[[str], None]) -> None:
+    """A unit that could not be loaded: nothing of it was written; the run goes on."""
+    summary.units_failed += 1
+    summary.errors.append(message)
+    warn(message)
+
+
+def relative_unit(path: Path, root: Path) -> str:
+    """A unit's name in the ledger: its path inside the source."""
+    try:
+        return str(Path(path).relative_to(root)) or "."
+    except ValueError:
+        return str(path)

@@ -1,0 +1,55 @@
+"""Harbor trace directories into the warehouse: one unit (and one transaction) per trial
+directory, keyed in the ledger by the hash of the files the reader uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ingest import traces, writer
+from ingest.report import Progress, Summary, fail, relative_unit
+from ingest.sources import Source
+
+
+def ingest_traces(engine, source: Source, run: str | None, summary: Summary, progress: Progress, warn) -> None:
+    source_id = writer.ensure_source(engine, source.kind, source.uri, source.name)
+    units = list(traces.discover(source.root))
+    trials = [u for u in units if u.kind == "trial"]
+    for unit in units:
+        if unit.kind != "trial":
+            fail(summary, f"{unit.path}: {unit.reason}", warn)
+    progress.start(source.name, len(trials))
+    jobs_seen: set[Path] = set()
+    try:
+        for unit in trials:
+            _ingest_trial(engine, source, source_id, unit, run, summary, warn, jobs_seen)
+            progress.advance(1, 0)
+    finally:
+        progress.finish()
+
+
+def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit, run, summary: Summary,
+                  warn, jobs_seen: set[Path]) -> None:
+    try:
+        content_hash = traces.hash_trial_dir(unit.path)
+        if writer.is_loaded(engine, source_id, content_hash):
+            summary.units_skipped += 1
+            return
+        run_key = traces.run_key_for(unit, run)
+        trial = traces.read_trial(unit, run_key)
+        job = None
+        if unit.job_dir is not None and unit.job_dir not in jobs_seen:
+            job = traces.read_job(unit.job_dir, run)
+        with writer.unit(engine, source_id, relative_unit(unit.path, source.root), content_hash) as w:
+            if job is not None:
+                w.add_runs([job])
+            w.add_trials([trial], {run_key: run or Path(unit.job_dir or unit.path.parent).name})
+        if unit.job_dir is not None:
+            jobs_seen.add(unit.job_dir)
+        summary.add(w.counts)
+        summary.trials_incomplete += trial.status == "incomplete"
+    except writer.AlreadyLoaded:
+        summary.units_skipped += 1
+    except traces.TraceError as exc:
+        fail(summary, str(exc), warn)
+    except OSError as exc:
+        fail(summary, f"{unit.path}: {exc.strerror or exc}", warn)

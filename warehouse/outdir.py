@@ -1,0 +1,49 @@
+"""Writing an export folder: refuse to clobber, replace only what the export writes, and never
+leave a half-written export behind."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from warehouse.errors import WarehouseError
+
+STAGING_PREFIX = ".export-"
+
+
+def check_out_dir(out: Path, force: bool) -> None:
+    """OUT must be missing or an empty folder, unless `force`."""
+    if out.exists() and not out.is_dir():
+        raise WarehouseError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise WarehouseError(f"{out}: exists and is not empty (pass --force to replace what the export writes)")
+
+
+@contextmanager
+def staged_output(out: Path, force: bool) -> Iterator[Path]:
+    """An empty staging folder inside OUT to write the export into.
+
+    When the block completes, each top-level entry of the staging folder replaces the entry of
+    the same name in OUT (a folder as a whole, so no stale shard of an earlier export survives);
+    anything else in OUT is left alone. When the block raises, OUT keeps what it held before.
+    The staging folder lives inside OUT so that the final moves are renames on one file system."""
+    check_out_dir(out, force)
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
+    try:
+        yield staging
+        for entry in sorted(staging.iterdir()):
+            _remove(out / entry.name)
+            entry.rename(out / entry.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

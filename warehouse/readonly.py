@@ -1,0 +1,284 @@
+"""Read-only SQL on either backend, by construction rather than by inspecting the SQL.
+
+Every query a user can aim at the warehouse (`warehouse sql`, the canned queries, search)
+runs through run_readonly:
+
+- SQLite: a separate connection that opens the file read-only (`mode=ro`) with
+  `PRAGMA query_only`, so the library itself refuses every write; an authorizer also refuses
+  what those two let through (ATTACH, DETACH, PRAGMAs that set something, transaction
+  control); a progress handler enforces the time limit.
+- PostgreSQL: a fresh connection whose only transaction is `READ ONLY`, with
+  `SET LOCAL statement_timeout`; it is rolled back and closed at the end, so even session
+  settings a statement changed do not outlive it.
+
+One statement per call: text holding a second statement is refused before anything runs.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import Connection, create_engine, text
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError, StatementError
+from sqlalchemy.pool import NullPool
+
+from warehouse.db.engine import resolve_url, sqlite_path
+from warehouse.errors import WarehouseError
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_MAX_ROWS = 10_000
+
+
+@dataclass
+class ReadResult:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    truncated: bool = False  # more rows existed than max_rows
+
+
+def run_readonly(
+    url: URL | str,
+    sql: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_rows: int | None = DEFAULT_MAX_ROWS,
+) -> ReadResult:
+    """Run one statement read-only. Named parameters are written `:name` in the SQL.
+
+    Returns at most `max_rows` rows (None: all of them) and whether there were more. Raises
+    WarehouseError, with a one-line message, for a write, a second statement, a statement
+    that outlives `timeout` seconds, or anything the database rejects."""
+    if isinstance(url, str):
+        url = resolve_url(url)
+    count = len(split_statements(sql))
+    if count == 0:
+        raise WarehouseError("no SQL statement given")
+    if count > 1:
+        raise WarehouseError(
+            f"one statement at a time: this text holds {count} (nothing was run)")
+    opener = _sqlite_readonly if url.get_backend_name() == "sqlite" else _postgres_readonly
+    with opener(url, timeout) as (conn, explain_error):
+        try:
+            # Stream rows from PostgreSQL (a server-side cursor) so a row cap never pulls a
+            # whole table into memory. Only a query can be a cursor; anything else (EXPLAIN,
+            # SHOW) answers in a few rows and is fetched normally.
+            stream = url.get_backend_name() == "postgresql" and _is_query(sql)
+            result = conn.execution_options(stream_results=stream).execute(text(sql), dict(params or {}))
+            if not result.returns_rows:
+                return ReadResult([], [])
+            columns = list(result.keys())
+            if max_rows is None:
+                return ReadResult(columns, [tuple(r) for r in result.fetchall()])
+            rows = [tuple(r) for r in result.fetchmany(max_rows + 1)]
+            result.close()
+            return ReadResult(columns, rows[:max_rows], len(rows) > max_rows)
+        except DBAPIError as exc:
+            raise WarehouseError(explain_error(exc.orig)) from None
+        except StatementError as exc:  # raised before reaching the database, e.g. a missing parameter
+            raise WarehouseError(_first_line(exc.orig or exc)) from None
+
+
+# --- one statement -----------------------------------------------------------------------
+
+_DOLLAR_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+def split_statements(sql: str) -> list[str]:
+    """The statements in `sql`, split at semicolons outside quotes, quoted names and comments
+    (PostgreSQL dollar quotes and E'' strings included). Empty statements are dropped."""
+    statements: list[str] = []
+    start = i = 0
+    has_code = False  # the current statement holds something other than blanks and comments
+    n = len(sql)
+    while i < n:
+        ch = sql[i]
+        if sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        if sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+            continue
+        if ch == ";":
+            if has_code:
+                statements.append(sql[start:i].strip())
+            start, has_code = i + 1, False
+            i += 1
+            continue
+        if not ch.isspace():
+            has_code = True
+        if ch in "'\"`[":
+            i = _end_of_quoted(sql, i)
+        elif ch == "$" and (m := _DOLLAR_QUOTE.match(sql, i)):
+            end = sql.find(m.group(0), m.end())
+            i = n if end < 0 else end + len(m.group(0))
+        else:
+            i += 1
+    if has_code:
+        statements.append(sql[start:].strip())
+    return statements
+
+
+def _end_of_quoted(sql: str, i: int) -> int:
+    """The index just past the quoted string or name that starts at sql[i]."""
+    opener = sql[i]
+    closer = "]" if opener == "[" else opener
+    # PostgreSQL's E'…' strings escape with backslashes; everywhere else a quote is doubled.
+    backslashes = opener == "'" and i > 0 and sql[i - 1] in "eE" and (i < 2 or not (sql[i - 2].isalnum() or sql[i - 2] == "_"))
+    j = i + 1
+    while j < len(sql):
+        if backslashes and sql[j] == "\\":
+            j += 2
+            continue
+        if sql[j] == closer:
+            if closer != "]" and sql.startswith(closer, j + 1):  # a doubled quote
+                j += 2
+                continue
+            return j + 1
+        j += 1
+    return len(sql)
+
+
+_QUERY_START = re.compile(r"\s*\(*\s*(select|with|values|table)\b", re.IGNORECASE)
+
+
+def _is_query(sql: str) -> bool:
+    body = re.sub(r"(--[^\n]*\n?|/\*.*?\*/)", " ", sql, flags=re.DOTALL)
+    return bool(_QUERY_START.match(body))
+
+
+def _first_line(exc: BaseException | str) -> str:
+    return (str(exc).strip().splitlines() or ["unknown error"])[0]
+
+
+# --- SQLite ----------------------------------------------------------------------------
+
+# Progress-handler granularity: SQLite VM instructions between two looks at the clock.
+_SQLITE_TICKS = 10_000
+
+# PRAGMAs that take an argument without changing anything: they only name what to describe.
+_SQLITE_PRAGMAS_WITH_ARGUMENT = {
+    "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
+    "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check",
+}
+
+_DENIED = {
+    sqlite3.SQLITE_ATTACH: "ATTACH", sqlite3.SQLITE_DETACH: "DETACH",
+    sqlite3.SQLITE_TRANSACTION: "transaction control", sqlite3.SQLITE_SAVEPOINT: "SAVEPOINT",
+}
+
+
+@contextmanager
+def _sqlite_readonly(url: URL, timeout: float) -> Iterator[tuple[Connection, Any]]:
+    path = sqlite_path(url)
+    if path is None:
+        raise WarehouseError("read-only queries need a SQLite file, not an in-memory database")
+    if not path.exists():
+        raise WarehouseError(f"{path}: no such database file")
+    refused: list[str] = []  # why the authorizer said no, for the error message
+    deadline = time.monotonic() + timeout
+    timed_out: list[bool] = []
+
+    def authorize(action: int, arg1: str | None, arg2: str | None, _db, _trigger) -> int:
+        if action in _DENIED:
+            refused.append(f"{_DENIED[action]} is not allowed")
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_PRAGMA and arg2 is not None and arg1 not in _SQLITE_PRAGMAS_WITH_ARGUMENT:
+            refused.append(f"PRAGMA {arg1} = … would change a setting")
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
+
+    def past_deadline() -> int:
+        if time.monotonic() > deadline:
+            timed_out.append(True)
+            return 1  # non-zero interrupts the statement
+        return 0
+
+    def connect() -> sqlite3.Connection:
+        raw = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True,
+                              isolation_level=None, check_same_thread=False)
+        raw.execute("PRAGMA query_only = 1")
+        raw.execute("PRAGMA busy_timeout = 5000")
+        if sqlite3.sqlite_version_info < (3, 44):
+            # string_agg arrived in SQLite 3.44; the canned queries use PostgreSQL's spelling.
+            raw.create_aggregate("string_agg", 2, _StringAgg)
+        raw.set_authorizer(authorize)
+        raw.set_progress_handler(past_deadline, _SQLITE_TICKS)
+        return raw
+
+    def explain(exc: BaseException) -> str:
+        if timed_out:
+            return f"the query ran longer than the time limit ({timeout:g} s; see --timeout)"
+        if refused:
+            return f"read-only: {refused[0]}"
+        message = _first_line(exc)
+        if "readonly database" in message:
+            return f"read-only: the statement would write ({message})"
+        return f"database error: {message}"
+
+    engine = create_engine("sqlite+pysqlite://", creator=connect, poolclass=NullPool)
+    try:
+        with _connect(engine, explain) as conn:
+            yield conn, explain
+    finally:
+        engine.dispose()
+
+
+class _StringAgg:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.sep = ","
+
+    def step(self, value: Any, sep: str) -> None:
+        if value is not None:
+            self.parts.append(str(value))
+            self.sep = sep
+
+    def finalize(self) -> str | None:
+        return self.sep.join(self.parts) if self.parts else None
+
+
+# --- PostgreSQL ------------------------------------------------------------------------
+
+@contextmanager
+def _postgres_readonly(url: URL, timeout: float) -> Iterator[tuple[Connection, Any]]:
+    def explain(exc: BaseException) -> str:
+        sqlstate = getattr(exc, "sqlstate", None)
+        if sqlstate == "57014":  # query_canceled: the statement_timeout fired
+            return f"the query ran longer than the time limit ({timeout:g} s; see --timeout)"
+        # 25006 read_only_sql_transaction; a write inside WITH is refused earlier, when the
+        # query is declared as a cursor.
+        if sqlstate == "25006" or "data-modifying" in str(exc):
+            return f"read-only: {_first_line(exc)}"
+        return f"database error: {_first_line(exc)}"
+
+    # A connection of its own (no pool) so nothing a statement does to the session survives it.
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with _connect(engine, explain) as conn:
+            transaction = conn.begin()
+            try:
+                conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+                conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}")
+                yield conn, explain
+            finally:
+                transaction.rollback()
+    finally:
+        engine.dispose()
+
+
+def _connect(engine, explain) -> Connection:
+    try:
+        return engine.connect()
+    except DBAPIError as exc:
+        raise WarehouseError(explain(exc.orig)) from None
