@@ -1,0 +1,164 @@
+"""Ingesting Harbor trace directories into the warehouse, on both backends: the real fixture
+trials, idempotency, incomplete and unsupported directories, and the golden pairs landing on the
+same keys and roles as their Hub export."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from sqlalchemy import text
+
+from helpers import counts
+from ingest.pipeline import ingest
+
+FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
+JOB_ID = "6a29732a-c34a-4f7e-85bd-ee65fb2d2604"
+
+
+def _rows(engine, sql: str, **params):
+    with engine.connect() as conn:
+        return conn.execute(text(sql), params).all()
+
+
+def _jobs(tmp_path: Path) -> Path:
+    root = tmp_path / "jobs"
+    shutil.copytree(FIXTURES / "jobs", root)
+    return root
+
+
+def test_real_fixture_trials_ingest_exactly_and_only_once(engine, tmp_path):
+    root = _jobs(tmp_path)
+    first = ingest(engine, [str(root)])
+    assert first.errors == [] and first.units_loaded == 2
+
+    got = {r.trial_name: r for r in _rows(engine, """
+        SELECT tr.trial_name, r.run_key, tk.name AS task, tr.status, tr.reward, tr.result, tr.rewards,
+               tr.exception_type, tr.n_input_tokens, tr.n_output_tokens, tr.agent, tr.detail
+        FROM trials tr JOIN runs r ON r.id = tr.run_id JOIN tasks tk ON tk.id = tr.task_id""")}
+    calendar = got["task-calendar__8A83BnJ"]
+    assert calendar.run_key == JOB_ID and calendar.status == "complete"
+    assert calendar.reward == 0.0 and calendar.result == "0.0" and calendar.exception_type is None
+    rewards = calendar.rewards if isinstance(calendar.rewards, dict) else json.loads(calendar.rewards)
+    assert rewards["reward"] == 0 and "automated.file_created" in rewards
+    assert (calendar.n_input_tokens, calendar.n_output_tokens) == (1160, 424)
+
+    chain = got["task-session-chain-analysis__UGpJKzs"]
+    assert chain.status == "complete"
+    assert abs(chain.reward - 0.4523809523809524) < 1e-15
+    assert (chain.n_input_tokens, chain.n_output_tokens) == (80315, 1634)  # summed over the steps
+    detail = chain.detail if isinstance(chain.detail, dict) else json.loads(chain.detail)
+    assert len(detail["steps"]) == 4
+
+    episodes = dict(_rows(engine, """
+        SELECT tr.trial_name, count(*) FROM episodes e JOIN trials tr ON tr.id = e.trial_id GROUP BY tr.trial_name"""))
+    assert episodes == {"task-calendar__8A83BnJ": 5, "task-session-chain-analysis__UGpJKzs": 21}
+    sources = {r[0] for r in _rows(engine, "SELECT DISTINCT trace_source FROM episodes")}
+    assert sources == {"main", "step:final-summary", "step:fixed-design"}
+
+    before = counts(engine)
+    again = ingest(engine, [str(root)])
+    assert (again.units_loaded, again.units_skipped) == (0, 2)
+    assert counts(engine) == before
+
+
+def test_trial_without_result_is_incomplete(engine, tmp_path):
+    root = _jobs(tmp_path)
+    (root / "pinchbench-147-kimi2.6" / "task-calendar__8A83BnJ" / "result.json").unlink()
+    summary = ingest(engine, [str(root)])
+    assert summary.errors == [] and summary.trials_incomplete == 1
+    assert "(1 incomplete)" in summary.lines()[2]
+    status = dict(_rows(engine, "SELECT trial_name, status FROM trials"))
+    assert status == {"task-calendar__8A83BnJ": "incomplete", "task-session-chain-analysis__UGpJKzs": "complete"}
+
+
+def test_result_arriving_later_completes_the_trial(engine, tmp_path):
+    root = _jobs(tmp_path)
+    trial = root / "pinchbench-147-kimi2.6" / "task-calendar__8A83BnJ"
+    result = trial / "result.json"
+    saved = result.read_bytes()
+    result.unlink()
+    ingest(engine, [str(root)])
+    result.write_bytes(saved)
+    summary = ingest(engine, [str(root)])
+    assert summary.units_loaded == 1 and summary.units_skipped == 1
+    assert _rows(engine, "SELECT status, reward FROM trials WHERE trial_name = 'task-calendar__8A83BnJ'") == [
+        ("complete", 0.0)]
+
+
+def test_unsupported_layout_is_reported_and_the_rest_ingests(engine, tmp_path):
+    root = _jobs(tmp_path)
+    tb1 = root / "tb1-run" / "hello-world" / "hello-world.1-of-1"
+    (tb1 / "panes").mkdir(parents=True)
+    (tb1 / "results.json").write_text(json.dumps({"is_resolved": True}))
+    summary = ingest(engine, [str(root)])
+    assert summary.units_loaded == 2 and summary.units_failed == 1
+    assert len(summary.errors) == 1 and "\n" not in summary.errors[0]
+    assert "tb1-run" in summary.errors[0]
+
+
+def test_malformed_json_fails_only_its_trial(engine, tmp_path):
+    root = _jobs(tmp_path)
+    (root / "pinchbench-147-kimi2.6" / "task-calendar__8A83BnJ" / "agent" / "trajectory.json").write_text('{"steps": [')
+    summary = ingest(engine, [str(root)])
+    assert summary.units_loaded == 1 and summary.units_failed == 1
+    assert "trajectory.json" in summary.errors[0]
+    assert [r[0] for r in _rows(engine, "SELECT trial_name FROM trials")] == ["task-session-chain-analysis__UGpJKzs"]
+
+
+def _golden_trial_dir(root: Path, golden: str, rows: list[dict]) -> Path:
+    """A trial directory holding the golden trajectory, with the keys its export carries."""
+    first = rows[0]
+    trial = root / "job" / first["trial_name"]
+    (trial / "agent").mkdir(parents=True)
+    shutil.copy(FIXTURES / "golden" / f"{golden}.trajectory.json", trial / "agent" / "trajectory.json")
+    config = {"trial_name": first["trial_name"], "job_id": first["run_id"],
+              "agent": {"name": first["agent"], "model_name": first["model"]}}
+    (trial / "config.json").write_text(json.dumps(config))
+    (trial / "result.json").write_text(json.dumps({
+        "id": "00000000-0000-4000-8000-000000000000", "task_name": first["task"],
+        "trial_name": first["trial_name"], "config": config,
+        "agent_info": {"name": first["agent"], "version": "1", "model_info": None},
+        "verifier_result": {"rewards": {"reward": float(first["result"])}},
+        "started_at": first["date"],
+    }))
+    return trial
+
+
+def _check_golden_pair(engine, tmp_path, golden: str) -> None:
+    rows = json.loads((FIXTURES / "golden" / f"{golden}.traces.json").read_text())
+    _golden_trial_dir(tmp_path / "traces", golden, rows)
+    from_traces = ingest(engine, [str(tmp_path / "traces")])
+    assert from_traces.errors == [] and from_traces.episodes_new == len(rows)
+
+    (tmp_path / "hub" / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "hub" / "data" / "train-00000-of-00001.parquet")
+    from_hub = ingest(engine, [str(tmp_path / "hub")])
+    # Every exported row lands on an episode the trajectory already made: same keys.
+    assert from_hub.errors == [] and from_hub.episodes_new == 0
+    assert from_hub.episodes_duplicate + from_hub.conflicts - _trial_conflicts(engine) == len(rows)
+    assert counts(engine)["episodes"] == len(rows)
+
+    for row in rows:
+        stored = [r[0] for r in _rows(engine, """
+            SELECT tu.role FROM turns tu JOIN episodes e ON e.id = tu.episode_id
+            JOIN trials tr ON tr.id = e.trial_id JOIN runs r ON r.id = tr.run_id
+            WHERE r.run_key = :run AND tr.trial_name = :trial AND e.trace_source = 'main'
+              AND e.episode_index = :ep ORDER BY tu.idx""",
+            run=row["run_id"], trial=row["trial_name"], ep=int(row["episode"].split("-")[1]))]
+        assert stored == [m["role"] for m in row["conversations"]], row["episode"]
+
+
+def _trial_conflicts(engine) -> int:
+    return _rows(engine, "SELECT count(*) FROM conflicts WHERE entity = 'trial'")[0][0]
+
+
+def test_golden_terminus_2_pair_lands_on_the_same_keys_and_roles(engine, tmp_path):
+    _check_golden_pair(engine, tmp_path, "terminus_2/hello-world-invalid-json")
+
+
+def test_golden_openhands_pair_lands_on_the_same_keys_and_roles(engine, tmp_path):
+    _check_golden_pair(engine, tmp_path, "openhands/hello-world")
