@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from ingest import hub, trace_pipeline, writer
+from ingest import trace_pipeline, writer
 from ingest.report import Progress, Summary, fail, relative_unit
 from ingest.sources import Source, resolve
 from warehouse.errors import WarehouseError
@@ -56,6 +56,9 @@ def ingest(
 
 
 def _ingest_parquet(engine, source: Source, run, keep_going, summary: Summary, progress, warn) -> None:
+    # pyarrow is imported here, not at the top: a re-ingest that skips every shard never needs it.
+    from ingest import hub
+
     source_id = writer.ensure_source(engine, source.kind, source.uri, source.name, source.revision, source.card)
     run_key = run or source.name
     for shard in source.shards:

@@ -1,0 +1,143 @@
+"""The baselines the warehouse is measured against, each run in its own process:
+
+- the bare floors: the same normalized rows the warehouse writes, inserted with plain
+  `sqlite3.executemany` or psycopg `COPY` (no dedup lookups, no ledger, no conflict checks);
+  rows are built before the clock starts, so a floor is pure database write time;
+- what a user would do without us: pandas.read_parquet, explode the conversations, to_sql.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ingest import hub
+from ingest.writer import conversation_hash, message_hash
+from warehouse.texts import split_text
+
+
+@dataclass
+class NormalizedRows:
+    runs: list[tuple] = field(default_factory=list)
+    tasks: list[tuple] = field(default_factory=list)
+    trials: list[tuple] = field(default_factory=list)
+    episodes: list[tuple] = field(default_factory=list)
+    turns: list[tuple] = field(default_factory=list)
+    messages: list[tuple] = field(default_factory=list)
+
+    COLUMNS = {
+        "runs": ("id", "run_key"),
+        "tasks": ("id", "name"),
+        "trials": ("id", "run_id", "task_id", "trial_name", "status", "agent", "model", "model_provider",
+                   "result", "reward", "exception_type", "date_raw", "verifier_output", "instruction_id",
+                   "source_run_id"),
+        "episodes": ("id", "trial_id", "trace_source", "episode_index", "n_turns", "n_chars", "conversation_hash"),
+        "turns": ("episode_id", "idx", "role", "message_id"),
+        "messages": ("id", "content_hash", "content", "content_raw", "n_chars"),
+    }
+
+    def tables(self):
+        # Parents first, as foreign keys require.
+        for name in ("runs", "tasks", "messages", "trials", "episodes", "turns"):
+            yield name, self.COLUMNS[name], getattr(self, name)
+
+
+def normalize(shards: list[Path], dataset_name: str) -> NormalizedRows:
+    """The rows the warehouse stores for these shards, built the simplest way."""
+    out = NormalizedRows()
+    ids: dict[str, dict] = {"runs": {}, "tasks": {}, "messages": {}, "trials": {}, "episodes": {}}
+
+    def id_of(kind: str, key, make) -> int:
+        table = ids[kind]
+        if key not in table:
+            table[key] = len(table) + 1
+            getattr(out, kind).append(make(table[key]))
+        return table[key]
+
+    for shard in shards:
+        pf, _ = hub.open_shard(shard)
+        for trials, _rejected, _ in hub.read_rows(pf, shard, dataset_name, None):
+            for t in trials:
+                run_id = id_of("runs", t.run_key, lambda i: (i, t.run_key))
+                task_id = id_of("tasks", t.task_name, lambda i: (i, t.task_name))
+
+                def message(text: str) -> int:
+                    return id_of("messages", message_hash(text), lambda i: (
+                        i, message_hash(text), *split_text(text), len(text)))
+
+                instruction_id = message(t.instruction) if t.instruction is not None else None
+                trial_id = id_of("trials", (run_id, t.trial_name), lambda i: (
+                    i, run_id, task_id, t.trial_name, t.status, t.agent, t.model, t.model_provider, t.result,
+                    t.reward, t.exception_type, t.date_raw, t.verifier_output, instruction_id, t.source_run_id))
+                for ep in t.episodes:
+                    key = (trial_id, ep.trace_source, ep.episode_index)
+                    if key in ids["episodes"]:
+                        continue
+                    n_chars = sum(len(x.content) for x in ep.turns if x.content is not None)
+                    episode_id = id_of("episodes", key, lambda i: (
+                        i, trial_id, ep.trace_source, ep.episode_index, len(ep.turns), n_chars,
+                        conversation_hash(ep)))
+                    for idx, turn in enumerate(ep.turns):
+                        out.turns.append((episode_id, idx, turn.role,
+                                          message(turn.content) if turn.content is not None else None))
+    return out
+
+
+def sqlite_floor(rows: NormalizedRows, db_path: Path) -> None:
+    """executemany of every table into a warehouse-schema SQLite file, one transaction."""
+    conn = sqlite3.connect(db_path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("BEGIN")
+    for name, cols, data in rows.tables():
+        conn.executemany(f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", data)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def postgres_floor(rows: NormalizedRows, conninfo: str) -> None:
+    """COPY of every table into a warehouse-schema PostgreSQL database, one transaction."""
+    import psycopg
+
+    with psycopg.connect(conninfo) as conn:
+        with conn.cursor() as cur:
+            for name, cols, data in rows.tables():
+                with cur.copy(f"COPY {name} ({', '.join(cols)}) FROM STDIN") as copy:
+                    for row in data:
+                        copy.write_row(row)
+
+
+def pandas_path(shards: list[Path], db_path: Path) -> None:
+    """What a user would do without the warehouse: one flat table of messages via pandas."""
+    import pandas as pd
+
+    conn = sqlite3.connect(db_path)
+    for shard in shards:
+        df = pd.read_parquet(shard)
+        meta = df.drop(columns=["conversations"])
+        turns = df[["trial_name", "episode", "conversations"]].explode("conversations", ignore_index=True)
+        turns = turns.dropna(subset=["conversations"])
+        turns["idx"] = turns.groupby(["trial_name", "episode"]).cumcount()
+        turns["role"] = turns["conversations"].map(lambda m: m["role"])
+        turns["content"] = turns["conversations"].map(lambda m: m["content"])
+        turns.drop(columns=["conversations"]).to_sql("turns", conn, if_exists="append", index=False,
+                                                     chunksize=10_000)
+        meta.to_sql("episodes", conn, if_exists="append", index=False, chunksize=10_000)
+    conn.commit()
+    conn.close()
+
+
+def distinct_text_bytes(rows: NormalizedRows) -> int:
+    """UTF-8 bytes of the distinct message texts plus the trials' verifier outputs."""
+    total = sum(len(raw) if raw is not None else len(text.encode()) for _, _, text, raw, _ in rows.messages)
+    seen: set[bytes] = set()
+    for trial in rows.trials:
+        if trial[12] is not None:
+            data = trial[12].encode("utf-8", "surrogatepass")
+            digest = hashlib.sha256(data).digest()
+            if digest not in seen:
+                seen.add(digest)
+                total += len(data)
+    return total

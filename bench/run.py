@@ -1,0 +1,297 @@
+"""The benchmark: generate the datasets, measure every method in its own process several
+times, print medians and ratios against baselines measured in the same run, and write
+BENCHMARKS.md.
+
+    python -m bench.run [--repeat 3] [--pg postgresql://user@host/db] [--out bench/out]
+
+PostgreSQL methods run when --pg (or $WAREHOUSE_BENCH_PG_URL) names a database whose user may
+create databases; each measurement gets a fresh database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+DATASETS = {
+    # name: (profile, generator arguments)
+    "math": ("math", dict(episodes="last", shards=1, seed=1)),
+    "tb": ("tb", dict(episodes="last", shards=1, seed=2)),
+    "tb-all": ("tb", dict(episodes="all", shards=1, seed=2)),
+    "math-x5": ("math", dict(episodes="last", shards=4, seed=3, scale=5.0)),
+}
+
+
+# --- children: one measurement each, reported as one JSON line on stdout ----------------------
+
+
+def _shards(dataset: Path) -> list[Path]:
+    return sorted((dataset / "data").glob("*.parquet"))
+
+
+def _fresh_sqlite(path: Path):
+    from warehouse.db import schema
+    from warehouse.db.engine import make_engine, resolve_url
+
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    engine = make_engine(resolve_url(str(path)))
+    schema.upgrade(engine)
+    return engine
+
+
+def _fresh_postgres(admin_url: str):
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from warehouse.db import schema
+    from warehouse.db.engine import make_engine, resolve_url
+
+    name = f"wh_bench_{uuid.uuid4().hex[:10]}"
+    admin = make_url(admin_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(admin_url).set(drivername="postgresql+psycopg", database=name)
+    engine = make_engine(resolve_url(url.render_as_string(hide_password=False)))
+    schema.upgrade(engine)
+    return engine, name, admin
+
+
+def _drop_postgres(admin: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def child(method: str, dataset: Path, work: Path, pg: str | None) -> dict:
+    from bench import floors
+    from ingest.pipeline import ingest
+
+    shards = _shards(dataset)
+    db = work / f"{method}.db"
+    result: dict = {}
+    if method == "warehouse-sqlite":
+        engine = _fresh_sqlite(db)
+        t0 = time.perf_counter()
+        summary = ingest(engine, [str(dataset)])
+        result["seconds"] = time.perf_counter() - t0
+        assert not summary.errors, summary.errors
+        engine.dispose()
+        result["db_bytes"] = db.stat().st_size
+    elif method == "warehouse-postgres":
+        engine, name, admin = _fresh_postgres(pg)
+        t0 = time.perf_counter()
+        summary = ingest(engine, [str(dataset)])
+        result["seconds"] = time.perf_counter() - t0
+        assert not summary.errors, summary.errors
+        engine.dispose()
+        _drop_postgres(admin, name)
+    elif method in ("floor-sqlite", "floor-postgres"):
+        rows = floors.normalize(shards, dataset.name)
+        if method == "floor-sqlite":
+            _fresh_sqlite(db).dispose()
+            t0 = time.perf_counter()
+            floors.sqlite_floor(rows, db)
+            result["seconds"] = time.perf_counter() - t0
+        else:
+            engine, name, admin = _fresh_postgres(pg)
+            url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+            engine.dispose()
+            t0 = time.perf_counter()
+            floors.postgres_floor(rows, url)
+            result["seconds"] = time.perf_counter() - t0
+            _drop_postgres(admin, name)
+        result["distinct_text_bytes"] = floors.distinct_text_bytes(rows)
+    elif method == "pandas-sqlite":
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        t0 = time.perf_counter()
+        floors.pandas_path(shards, db)
+        result["seconds"] = time.perf_counter() - t0
+    else:
+        raise SystemExit(f"unknown method {method}")
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+# --- the parent: orchestration and the report -----------------------------------------------
+
+
+def run_child(method: str, dataset: Path, work: Path, pg: str | None) -> dict:
+    cmd = [sys.executable, "-m", "bench.run", "--child", method, "--dataset", str(dataset), "--work", str(work)]
+    if pg:
+        cmd += ["--pg", pg]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"{method} on {dataset.name} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def peak_rss_of(cmd: list[str]) -> tuple[float, float]:
+    """Run cmd under a tiny wrapper that reports the child's own peak RSS."""
+    wrapper = ("import resource, subprocess, sys, time, json; t=time.perf_counter(); "
+               "r=subprocess.run(sys.argv[1:]); "
+               "print(json.dumps({'rc': r.returncode, 'seconds': time.perf_counter()-t, "
+               "'rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024}))")
+    proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, cwd=ROOT)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if out["rc"] != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return out["seconds"], out["rss_mb"]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def generate(out: Path) -> dict[str, dict]:
+    from ingest.generate import generate_dataset
+
+    info = {}
+    for name, (profile, kwargs) in DATASETS.items():
+        target = out / "data" / name
+        marker = target / ".generated.json"
+        if marker.exists() and json.loads(marker.read_text()).get("kwargs") == kwargs:
+            info[name] = json.loads(marker.read_text())
+            continue
+        shutil.rmtree(target, ignore_errors=True)
+        g = generate_dataset(target, profile, **kwargs)
+        info[name] = dict(kwargs=kwargs, rows=g.n_rows, turns=g.n_turns, text_bytes=g.text_bytes,
+                          distinct_text_bytes=g.distinct_text_bytes)
+        marker.write_text(json.dumps(info[name]))
+    return info
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--pg", default=os.environ.get("WAREHOUSE_BENCH_PG_URL"))
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    parser.add_argument("--child")
+    parser.add_argument("--dataset", type=Path)
+    parser.add_argument("--work", type=Path)
+    parser.add_argument("--no-write", action="store_true", help="print the table, leave BENCHMARKS.md alone")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.dataset, args.work, args.pg)))
+        return
+
+    out: Path = args.out
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    print("generating datasets …", file=sys.stderr)
+    info = generate(out)
+    data = {name: out / "data" / name for name in DATASETS}
+    results: list[tuple[str, str, str, str]] = []  # (measurement, median, baseline, ratio)
+
+    def measure(method: str, dataset: str) -> list[dict]:
+        runs = []
+        for i in range(args.repeat):
+            print(f"  {method} on {dataset} ({i + 1}/{args.repeat})", file=sys.stderr)
+            runs.append(run_child(method, data[dataset], work, args.pg))
+        return runs
+
+    # Ingest against its floors and the pandas path.
+    for dataset in ("math", "tb"):
+        ours = measure("warehouse-sqlite", dataset)
+        floor = measure("floor-sqlite", dataset)
+        pandas = measure("pandas-sqlite", dataset)
+        m_ours, m_floor, m_pandas = (median([r["seconds"] for r in x]) for x in (ours, floor, pandas))
+        results.append((f"ingest {dataset} → SQLite", f"{m_ours:.2f} s", f"sqlite3 floor {m_floor:.2f} s",
+                        f"{m_ours / m_floor:.2f}× floor"))
+        results.append((f"pandas path {dataset} → SQLite", f"{m_pandas:.2f} s", f"warehouse {m_ours:.2f} s",
+                        f"warehouse is {m_pandas / m_ours:.2f}× faster"))
+        if args.pg:
+            ours_pg = measure("warehouse-postgres", dataset)
+            floor_pg = measure("floor-postgres", dataset)
+            a, b = median([r["seconds"] for r in ours_pg]), median([r["seconds"] for r in floor_pg])
+            results.append((f"ingest {dataset} → PostgreSQL", f"{a:.2f} s", f"COPY floor {b:.2f} s",
+                            f"{a / b:.2f}× floor"))
+
+    # Database size against distinct content (all-episodes terminal-bench profile).
+    tb_all = measure("warehouse-sqlite", "tb-all")
+    floor_tb_all = run_child("floor-sqlite", data["tb-all"], work, None)
+    size = median([r["db_bytes"] for r in tb_all])
+    distinct = floor_tb_all["distinct_text_bytes"]
+    results.append(("SQLite size, tb all-episodes", f"{size / 1e6:.1f} MB", f"distinct text {distinct / 1e6:.1f} MB",
+                    f"{size / distinct:.2f}× distinct text"))
+
+    # Five times the math export in four shards: whole-process ingest, re-ingest, peak RSS.
+    db = work / "math-x5.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    cli = [sys.executable, "-m", "warehouse", "--db", str(db), "ingest", str(data["math-x5"])]
+    first_s, first_rss = peak_rss_of(cli)
+    results.append(("ingest math×5 (4 shards), whole process", f"{first_s:.2f} s", "", f"peak RSS {first_rss:.0f} MB"))
+    small_db = work / "math-rss.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{small_db}{suffix}").unlink(missing_ok=True)
+    small_s, small_rss = peak_rss_of([sys.executable, "-m", "warehouse", "--db", str(small_db), "ingest",
+                                      str(data["math"])])
+    results.append(("peak RSS: math×5 vs math", f"{first_rss:.0f} MB", f"math {small_rss:.0f} MB",
+                    f"{first_rss / small_rss:.2f}× for 5× the data"))
+    again = [peak_rss_of(cli)[0] for _ in range(args.repeat)]
+    results.append(("re-ingest math×5, whole process", f"{median(again):.2f} s", "", "all shards skipped"))
+
+    results.extend(query_results(db, data["math-x5"], args.repeat))
+    report(results, info, args)
+
+
+def query_results(db: Path, dataset: Path, repeat: int) -> list[tuple[str, str, str, str]]:
+    """Each canned query on the loaded warehouse against DuckDB over the raw Parquet."""
+    try:
+        from bench import queries
+    except ImportError:
+        return []
+    return queries.compare(db, dataset, repeat)
+
+
+def report(results, info, args) -> None:
+    lines = ["| measurement | median | baseline (same run) | ratio |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in results]
+    table = "\n".join(lines)
+    print(table)
+    if args.no_write:
+        return
+    datasets = "\n".join(
+        f"| {name} | {v['rows']:,} | {v['turns']:,} | {v['text_bytes'] / 1e6:.1f} MB | {v['distinct_text_bytes'] / 1e6:.1f} MB |"
+        for name, v in info.items())
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    (ROOT / "BENCHMARKS.md").write_text(f"""# Benchmarks
+
+Reproduce with `python3 -m pip install -e '.[bench]' && python3 -m bench.run --pg postgresql://…`
+(PostgreSQL rows appear only with `--pg`). Each figure is the median of {args.repeat} runs, each run in
+its own process; every ratio compares two figures measured in the same run on the same machine
+({machine}). Generated with `{time.strftime('%Y-%m-%d')}`'s code.
+
+{table}
+
+Datasets (from `ingest.generate`, fixed seeds):
+
+| dataset | rows | turns | text | distinct text |
+|---|---|---|---|---|
+{datasets}
+
+- *sqlite3 floor / COPY floor*: the same normalized rows (runs, tasks, messages, trials,
+  episodes, turns) inserted with plain `executemany` / `COPY`, rows built before the clock
+  starts; no dedup lookups, ledger, provenance or conflict checks.
+- *pandas path*: `pandas.read_parquet`, explode `conversations` to one row per message,
+  `DataFrame.to_sql` into SQLite: what a user does without the warehouse.
+""")
+
+
+if __name__ == "__main__":
+    main()
