@@ -11,6 +11,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from ingest import trace_pipeline, writer
+from ingest.prefetch import prefetch
 from ingest.report import Progress, Summary, fail, relative_unit
 from ingest.sources import Source, resolve
 from warehouse.errors import WarehouseError
@@ -71,7 +72,7 @@ def _ingest_parquet(engine, source: Source, run, keep_going, summary: Summary, p
             progress.start(shard.name, info.n_rows)
             with writer.unit(engine, source_id, relative_unit(shard, source.root), content_hash,
                              hub.schema_json(info.schema)) as unit:
-                for trials, rejected, nbytes in hub.read_rows(pf, shard, source.name, run):
+                for trials, rejected, nbytes in prefetch(hub.read_rows(pf, shard, source.name, run)):
                     if rejected and not keep_going:
                         first = rejected[0]
                         raise hub.ShardError(f"{first.where}: {first.reason}")

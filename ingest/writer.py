@@ -42,6 +42,11 @@ TRIAL_FIELDS = (
 )
 
 
+# Bounds of the per-unit caches (entries); see UnitWriter._forget_if_large.
+MESSAGE_CACHE = 200_000
+TRIAL_CACHE = 20_000
+EPISODE_CACHE = 100_000
+
 # Every stored trial column besides the key, in the order the bulk writer sends them.
 TRIAL_COLUMNS = ("task_id", "status", *TRIAL_FIELDS, "detail")
 
@@ -116,12 +121,12 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
         c = writer.counts
         conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
             status="loaded", finished_at=datetime.now(timezone.utc), n_rows=c.n_rows,
-            n_trials=len(writer._trial_ids), n_episodes_new=c.n_episodes_new,
+            n_trials=len(writer._linked), n_episodes_new=c.n_episodes_new,
             n_episodes_duplicate=c.n_episodes_duplicate, n_conflicts=c.n_conflicts,
             n_rejected=c.n_rejected, n_turns=c.n_turns, n_bytes=c.n_bytes,
             detail={"rejected": [f"{r.where}: {r.reason}" for r in c.rejected[:100]]} if c.rejected else None,
         ))
-        c.n_trials = len(writer._trial_ids)
+        c.n_trials = len(writer._linked)
 
 
 class UnitWriter:
@@ -139,6 +144,7 @@ class UnitWriter:
         self._trial_ids: dict[tuple[int, str], int] = {}
         self._trial_values: dict[int, dict[str, Any]] = {}
         self._episodes: dict[tuple[int, str, int], tuple[int, str]] = {}
+        self._linked: set[int] = set()  # trials given a trial_loads row by this unit
         self._next_row = 0
         self._hashes: dict[str, bytes] = {}
 
@@ -168,6 +174,7 @@ class UnitWriter:
             return
         # Each text is hashed once per batch, however many turns and prefixes repeat it.
         self._hashes = {}
+        self._forget_if_large()
         self._ensure_runs([t.run_key for t in trials], run_names or {})
         self._ensure_tasks([t.task_name for t in trials if t.task_name is not None])
         texts = [turn.content for t in trials for e in t.episodes for turn in e.turns if turn.content is not None]
@@ -175,6 +182,18 @@ class UnitWriter:
         self._ensure_messages(texts)
         trial_ids = self._ensure_trials(trials)
         self._write_episodes(trials, trial_ids)
+
+    def _forget_if_large(self) -> None:
+        """The caches hold what this unit has seen; past a bound they are dropped so memory
+        stays flat however large the unit. The database (same transaction) still has it all:
+        a miss costs a lookup, never correctness."""
+        if len(self._message_ids) > MESSAGE_CACHE:
+            self._message_ids.clear()
+        if len(self._trial_ids) > TRIAL_CACHE:
+            self._trial_ids.clear()
+            self._trial_values.clear()
+        if len(self._episodes) > EPISODE_CACHE:
+            self._episodes.clear()
 
     def _hash(self, text: str) -> bytes:
         h = self._hashes.get(text)
@@ -267,8 +286,9 @@ class UnitWriter:
                 for key, trial_id in ids.items():
                     self._trial_ids[key] = trial_id
                     self._trial_values[trial_id] = dict(new[key], id=trial_id)
-            self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"],
-                             [(self._trial_ids[k], self.load_id) for k in unknown])
+            link = [self._trial_ids[k] for k in unknown if self._trial_ids[k] not in self._linked]
+            self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"], [(i, self.load_id) for i in link])
+            self._linked.update(link)
         ids = []
         for key, values in zip(keys, incoming):
             trial_id = self._trial_ids[key]

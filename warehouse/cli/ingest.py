@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Annotated, Optional
@@ -62,6 +63,10 @@ def ingest(
 
     A bad unit (shard or trial directory) is reported in one line and not written at all;
     every other unit still loads, and the exit code is 1 (0 with --keep-going)."""
+    # Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
+    # system allocator returns them, which keeps this process's memory flat. Arrow reads this
+    # when it first allocates (it is imported only once a shard needs reading).
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     engine = state(ctx).ready_engine(create=True)
     summary = run_ingest(engine, sources, run=run, keep_going=keep_going, progress=BarProgress(),
                          warn=lambda msg: typer.echo(f"Error: {msg}", err=True))
