@@ -24,6 +24,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 # Keys per lookup statement: well under SQLite's 32,766 and PostgreSQL's 65,535 parameters
 # even for three-column keys.
 LOOKUP_CHUNK = 900
+# Keys per PostgreSQL lookup: arrays, so no parameter limit applies; this bounds a round trip.
+PG_LOOKUP_CHUNK = 20_000
 # Rows per executemany call; bounds the memory of one statement's parameters.
 WRITE_CHUNK = 5000
 # The advisory lock key every PostgreSQL writer takes (any constant unique to this tool).
@@ -92,23 +94,36 @@ class Bulk:
         found: dict[tuple, tuple] = {}
         width = len(key_cols)
         cols = [*key_cols, *value_cols]
-        select = f"SELECT {', '.join(cols)} FROM {table.name} WHERE "
-        per_chunk = max(1, LOOKUP_CHUNK // width)
         cur = self.raw.cursor()
-        for chunk in chunks(keys, per_chunk):
-            if width == 1:
-                where = f"{key_cols[0]} IN ({', '.join([self._param()] * len(chunk))})"
-            else:
-                one = "(" + ", ".join([self._param()] * width) + ")"
-                where = f"({', '.join(key_cols)}) IN (VALUES {', '.join([one] * len(chunk))})"
-            params = [v for key in self._encode(table, key_cols, chunk) for v in key]
-            cur.execute(select + where, params)
+        for sql, params in self._lookup_statements(table, key_cols, cols, keys):
+            cur.execute(sql, params)
             decode = self._decoder(table, cols, cur.description)
             for row in cur.fetchall():
                 row = decode(row)
                 found[tuple(row[:width])] = tuple(row[width:])
         cur.close()
         return found
+
+    def _lookup_statements(self, table: Table, key_cols: Sequence[str], cols: Sequence[str], keys: list[tuple]):
+        width = len(key_cols)
+        select = f"SELECT {', '.join('t.' + c for c in cols)} FROM {table.name} t "
+        if self.is_sqlite:
+            # SQLite runs in-process: many small IN lists cost nothing but their parameters.
+            for chunk in chunks(keys, max(1, LOOKUP_CHUNK // width)):
+                one = "(" + ", ".join("?" * width) + ")"
+                target = key_cols[0] if width == 1 else f"({', '.join(key_cols)})"
+                values = ", ".join(["?"] * len(chunk)) if width == 1 else "VALUES " + ", ".join([one] * len(chunk))
+                yield select + f"WHERE {target} IN ({values})", [v for key in self._encode(table, key_cols, chunk) for v in key]
+            return
+        # PostgreSQL: one array per key column, so the statement text never changes (parsed and
+        # planned once) and a round trip carries thousands of keys.
+        types = [table.c[c].type.compile(dialect=self.dialect) for c in key_cols]
+        arrays = ", ".join(f"%s::{t}[]" for t in types)
+        join = " AND ".join(f"t.{c} = k.{c}" for c in key_cols)
+        sql = select + f"JOIN unnest({arrays}) AS k({', '.join(key_cols)}) ON {join}"
+        for chunk in chunks(keys, PG_LOOKUP_CHUNK):
+            encoded = self._encode(table, key_cols, chunk)
+            yield sql, [list(column) for column in zip(*encoded)]
 
     # -- writes ------------------------------------------------------------------------------
 
