@@ -1,0 +1,568 @@
+"""`export_hub`: warehouse rows written back as a Hub-shaped Parquet dataset
+(`OUT/README.md` + `OUT/data/*.parquet`, one row per episode).
+
+- **By source** (`sources=`): a reproduction of what was ingested. Each input shard gives one
+  output shard with the same file name, the same Arrow schema (`loads.arrow_schema`, metadata
+  included) and the same rows in the same order (the provenance in `episode_loads`), every value
+  cast back to its original type. Trials read from trace directories have no Hub schema: their
+  episodes go to `train-*` shards with Harbor's standard columns, as `harbor traces export`
+  writes them.
+- **By run** (`runs=`, or neither option: every run): each episode of the runs once (from the
+  first unit that brought it), under the *union* of the schemas of the shards the rows came
+  from, so that no column of any of them is dropped (a row gets null in the columns its own shard
+  lacked). Shards roll over at SHARD_BYTES of text.
+- Both: only the sources' rows that belong to the runs.
+
+Memory stays bounded whatever the size: provenance rows are streamed from the database, their
+detail (episodes, trials, turns, messages) is fetched CHUNK_ROWS at a time, and rows are written
+in row groups of at most ROW_GROUP_ROWS rows or ROW_GROUP_BYTES of text.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import itertools
+import json
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from sqlalchemy import Connection, Engine, and_, exists, func, or_, select
+from sqlalchemy.orm import aliased
+
+from warehouse import __version__
+from warehouse.db import models
+from warehouse.errors import WarehouseError
+from warehouse.outdir import staged_output
+from warehouse.texts import from_bytes
+
+SOURCES, LOADS, RUNS, TASKS, TRIALS, EPISODES, TURNS, MESSAGES, EPISODE_LOADS, TRIAL_LOADS, CONFLICTS = (
+    m.__table__ for m in (models.Source, models.Load, models.Run, models.Task, models.Trial, models.Episode,
+                          models.Turn, models.Message, models.EpisodeLoad, models.TrialLoad, models.Conflict)
+)
+
+CHUNK_ROWS = 1000
+ROW_GROUP_ROWS = 1000
+# Rows of an `--episodes all` export repeat long prefixes: a row group also closes at this much
+# text so that a few huge rows cannot make one Arrow table of many gigabytes.
+ROW_GROUP_BYTES = 64 << 20
+# Rolled shards (run exports, trace-directory rows) start a new file past this much text: the
+# `datasets` library's default max_shard_size.
+SHARD_BYTES = 500 << 20
+IN_CHUNK = 500  # ids per `IN (...)`: far below both backends' bound-parameter limits
+COMPRESSION = "zstd"
+
+MESSAGE = pa.struct([("content", pa.string()), ("role", pa.string())])
+# Harbor's columns, in the order `harbor traces export` writes them; trace_source and
+# instruction are added when the rows have them.
+HARBOR_COLUMNS = ("agent", "model", "model_provider", "date", "task", "episode", "run_id", "trial_name",
+                  "result", "verifier_output")
+# Trial fields that a conflict records per unit, and the Hub column each one came from.
+CONFLICT_COLUMNS = {"agent": "agent", "model": "model", "model_provider": "model_provider", "date_raw": "date",
+                    "result": "result", "verifier_output": "verifier_output", "source_run_id": "run_id",
+                    "instruction_id": "instruction"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@dataclass
+class ExportInfo:
+    out_dir: Path
+    files: list[Path] = field(default_factory=list)
+    rows_per_file: list[int] = field(default_factory=list)
+    # What the export could not reproduce exactly, one line each.
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n_rows(self) -> int:
+        return sum(self.rows_per_file)
+
+
+def export_hub(engine: Engine, out_dir: str | Path, runs: Sequence[str] | None = None,
+               sources: Sequence[str] | None = None, *, force: bool = False) -> ExportInfo:
+    """Write the rows of `sources` (names or URIs) and/or `runs` (run keys or names; neither:
+    every run) as a Hub dataset in `out_dir`, which must be missing or empty unless `force`."""
+    out = Path(out_dir)
+    info = ExportInfo(out_dir=out)
+    with engine.connect() as conn:
+        selection = _Selection.resolve(conn, runs, sources)
+        outputs = _plan_sources(conn, selection) if selection.source_ids else [_plan_runs(conn, selection)]
+        if selection.source_ids:
+            info.notes += _missing_rows(conn, selection.source_ids)
+        builder = _RowBuilder(conn)
+        with staged_output(out, force) as staging:
+            # Shards are written under temporary names in their own folder (a final name may be
+            # anything an input shard was called) and renamed once all of them are known.
+            parts, data = staging / "parts", staging / "data"
+            parts.mkdir()
+            data.mkdir()
+            paths = (parts / f"{i:05d}.parquet" for i in itertools.count())
+            shards = _drop_empty([shard for output in outputs for shard in _write_output(builder, output, paths)])
+            for shard, name in zip(shards, _file_names(shards)):
+                shard.path.rename(data / name)
+                info.files.append(out / "data" / name)
+                info.rows_per_file.append(shard.n_rows)
+            parts.rmdir()
+            _write_card(staging / "README.md", selection, info)
+        info.notes += builder.notes()
+    return info
+
+
+# --- what to export ------------------------------------------------------------------------
+
+
+@dataclass
+class _Selection:
+    run_ids: list[int] | None
+    source_ids: list[int] | None
+    run_labels: list[str]
+    source_labels: list[str]
+
+    @classmethod
+    def resolve(cls, conn: Connection, runs: Sequence[str] | None, sources: Sequence[str] | None) -> "_Selection":
+        run_ids = _match(conn, RUNS, ("run_key", "name"), runs, "run") if runs else None
+        source_ids = _match(conn, SOURCES, ("uri", "name"), sources, "source", paths=True) if sources else None
+        return cls(run_ids, source_ids, list(runs or []), list(sources or []))
+
+    @property
+    def run_filter(self) -> list:
+        return [TRIALS.c.run_id.in_(self.run_ids)] if self.run_ids else []
+
+
+def _match(conn: Connection, table, columns: tuple[str, ...], wanted: Sequence[str], what: str,
+           paths: bool = False) -> list[int]:
+    """Ids of the rows whose `columns` equal each wanted value (all of them when several match);
+    a local path also matches the absolute URI it was ingested under."""
+    ids: list[int] = []
+    for value in wanted:
+        candidates = {value, str(Path(value).expanduser().resolve())} if paths else {value}
+        cond = or_(*(table.c[c].in_(candidates) for c in columns))
+        found = conn.execute(select(table.c.id).where(cond).order_by(table.c.id)).scalars().all()
+        if not found:
+            raise WarehouseError(f"no {what} {value!r} in the warehouse (give its {' or '.join(columns)})")
+        ids += [i for i in found if i not in ids]
+    return ids
+
+
+@dataclass
+class _Output:
+    """A stream of rows bound for one schema: either one input shard (kept under its file
+    name) or rows rolled into train-* shards."""
+
+    schema: pa.Schema
+    where: list  # conditions on the provenance query (episode_loads ⋈ loads ⋈ episodes ⋈ trials)
+    file_name: str | None = None
+    dedupe: bool = False  # one row per episode: its first provenance row
+    keep_empty: bool = False  # an input shard that was empty (or all rejected) stays a shard
+
+
+def _plan_sources(conn: Connection, sel: _Selection) -> list[_Output]:
+    outputs = []
+    hub_loads = select(LOADS.c.id, LOADS.c.unit, LOADS.c.arrow_schema).where(
+        LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_not(None)).order_by(LOADS.c.id)
+    for load in conn.execute(hub_loads):
+        outputs.append(_Output(schema=_load_schema(load.arrow_schema), file_name=Path(load.unit).name,
+                               where=[EPISODE_LOADS.c.load_id == load.id, *sel.run_filter],
+                               keep_empty=not sel.run_ids))
+    traces = [LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_(None), *sel.run_filter]
+    if _any_row(conn, traces):
+        outputs.append(_Output(schema=_harbor_schema(conn, traces), where=traces))
+    return outputs
+
+
+def _plan_runs(conn: Connection, sel: _Selection) -> _Output:
+    where = sel.run_filter
+    loads = select(EPISODE_LOADS.c.load_id).select_from(_PROVENANCE).where(*where)
+    texts = conn.execute(select(LOADS.c.arrow_schema).where(
+        LOADS.c.id.in_(loads), LOADS.c.arrow_schema.is_not(None)).order_by(LOADS.c.id)).scalars()
+    schemas = [_load_schema(text) for text in dict.fromkeys(texts)]
+    traces = [*where, LOADS.c.arrow_schema.is_(None)]
+    if not schemas or _any_row(conn, traces):
+        schemas.append(_harbor_schema(conn, traces))
+    return _Output(schema=_union(schemas), where=where, dedupe=True)
+
+
+def _union(schemas: list[pa.Schema]) -> pa.Schema:
+    """One schema holding every column of every shard, in order of first appearance. Only a
+    single schema keeps its metadata: the `huggingface` features of one shard would not
+    describe the union."""
+    if len(schemas) == 1:
+        return schemas[0]
+    try:
+        return pa.unify_schemas(schemas, promote_options="permissive").remove_metadata()
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise WarehouseError(f"the selected rows come from shards whose columns do not fit one schema "
+                             f"({_first_line(exc)}); export them with --source instead") from None
+
+
+def _harbor_schema(conn: Connection, where: list) -> pa.Schema:
+    """Harbor's standard columns for rows without a Hub schema, plus trace_source when some are
+    subagent or step episodes and instruction when some trial has one."""
+    fields = [pa.field("conversations", pa.list_(MESSAGE))] + [pa.field(c, pa.string()) for c in HARBOR_COLUMNS]
+    if _any_row(conn, [*where, EPISODES.c.trace_source != "main"]):
+        fields.append(pa.field("trace_source", pa.string()))
+    if _any_row(conn, [*where, TRIALS.c.instruction_id.is_not(None)]):
+        fields.append(pa.field("instruction", pa.string()))
+    return pa.schema(fields)
+
+
+def _load_schema(text: str) -> pa.Schema:
+    """A shard's schema as `ingest.hub.schema_json` stored it."""
+    data = base64.b64decode(json.loads(text)["arrow_ipc_b64"])
+    return pa.ipc.read_schema(pa.py_buffer(data))
+
+
+_PROVENANCE = (
+    EPISODE_LOADS.join(LOADS, LOADS.c.id == EPISODE_LOADS.c.load_id)
+    .join(EPISODES, EPISODES.c.id == EPISODE_LOADS.c.episode_id)
+    .join(TRIALS, TRIALS.c.id == EPISODES.c.trial_id)
+)
+
+
+def _any_row(conn: Connection, where: list) -> bool:
+    stmt = select(EPISODE_LOADS.c.episode_id).select_from(_PROVENANCE).where(*where).limit(1)
+    return conn.execute(stmt).first() is not None
+
+
+def _provenance_query(output: _Output):
+    """(load_id, row_number, episode_id, from_hub) of the output's rows, in load and row order."""
+    el = EPISODE_LOADS
+    stmt = (select(el.c.load_id, el.c.row_number, el.c.episode_id, LOADS.c.arrow_schema.is_not(None))
+            .select_from(_PROVENANCE).where(*output.where).order_by(el.c.load_id, el.c.row_number))
+    if output.dedupe:
+        earlier = aliased(el)
+        stmt = stmt.where(~exists().where(earlier.c.episode_id == el.c.episode_id, or_(
+            earlier.c.load_id < el.c.load_id,
+            and_(earlier.c.load_id == el.c.load_id, earlier.c.row_number < el.c.row_number))))
+    return stmt
+
+
+def _missing_rows(conn: Connection, source_ids: list[int]) -> list[str]:
+    """Rows of the sources' shards that never made it into the tables, so cannot come back."""
+    notes = []
+    rejected = select(LOADS.c.unit, LOADS.c.n_rejected).where(
+        LOADS.c.source_id.in_(source_ids), LOADS.c.n_rejected > 0).order_by(LOADS.c.id)
+    for unit, n in conn.execute(rejected):
+        notes.append(f"{unit}: {n} rows were rejected at ingest and are not in the warehouse")
+    conflicted = (select(LOADS.c.unit, func.count()).join_from(CONFLICTS, LOADS, LOADS.c.id == CONFLICTS.c.load_id)
+                  .where(LOADS.c.source_id.in_(source_ids), CONFLICTS.c.entity == "episode")
+                  .group_by(LOADS.c.id, LOADS.c.unit).order_by(LOADS.c.id))
+    for unit, n in conn.execute(conflicted):
+        notes.append(f"{unit}: {n} rows differ from an episode stored before with the same key "
+                     f"(the first version is kept) and are not exported")
+    return notes
+
+
+# --- rows ----------------------------------------------------------------------------------
+
+
+class _RowBuilder:
+    """Rebuilds Hub rows (column name -> Python value) from the tables, a chunk at a time."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.n_surrogate_texts = 0
+
+    def rows(self, output: _Output) -> Iterator[tuple[dict[str, Any], int]]:
+        """(row, text size) for each row of the output, in order."""
+        result = self.conn.execution_options(yield_per=CHUNK_ROWS).execute(_provenance_query(output))
+        for chunk in result.partitions():
+            yield from self._chunk(chunk)
+
+    def notes(self) -> list[str]:
+        if not self.n_surrogate_texts:
+            return []
+        return [f"{self.n_surrogate_texts} texts held lone surrogates, which Parquet strings (UTF-8) cannot; "
+                f"they were written with U+FFFD in their place"]
+
+    def _chunk(self, chunk: Sequence[tuple]) -> Iterator[tuple[dict[str, Any], int]]:
+        episodes = self._by_id(EPISODES, {r[2] for r in chunk})
+        trial_ids = {e.trial_id for e in episodes.values()}
+        trials = {t.id: t for t in self._select_in(
+            select(TRIALS, TASKS.c.name.label("task_name")).outerjoin(TASKS, TASKS.c.id == TRIALS.c.task_id),
+            TRIALS.c.id, trial_ids)}
+        turns: dict[int, list] = {}
+        for turn in self._select_in(select(TURNS).order_by(TURNS.c.episode_id, TURNS.c.idx),
+                                    TURNS.c.episode_id, episodes):
+            turns.setdefault(turn.episode_id, []).append(turn)
+        overlay, overlay_messages = self._conflicts({r[0] for r in chunk}, trial_ids)
+        texts = self._texts({t.message_id for ts in turns.values() for t in ts}
+                            | {t.instruction_id for t in trials.values()} | overlay_messages)
+        for load_id, _row_number, episode_id, from_hub in chunk:
+            episode = episodes[episode_id]
+            trial = trials[episode.trial_id]
+            conversation = [_message(t, texts) for t in turns.get(episode_id, [])]
+            values = {
+                **self._trial_values(trial, texts, overlay.get((load_id, trial.id), {})),
+                "conversations": conversation,
+                "episode": f"episode-{episode.episode_index}",
+                "trace_source": episode.trace_source,
+            }
+            values = _hub_row(values, episode.extra) if from_hub else _harbor_row(values, episode.extra)
+            size = sum(len(m["content"] or "") for m in conversation) + len(values.get("verifier_output") or "")
+            yield values, size
+
+    @staticmethod
+    def _trial_values(trial, texts: dict[int, str], overlay: dict[str, Any]) -> dict[str, Any]:
+        raw_text = (trial.detail or {}).get("raw_text") or {}
+        values = dict(
+            agent=trial.agent, model=trial.model, model_provider=trial.model_provider, date=trial.date_raw,
+            task=trial.task_name, run_id=trial.source_run_id, trial_name=trial.trial_name, result=trial.result,
+            verifier_output=raw_text.get("verifier_output", trial.verifier_output),
+            instruction=texts.get(trial.instruction_id),
+        )
+        values.update(overlay)
+        if "instruction" in overlay:
+            values["instruction"] = texts.get(overlay["instruction"])
+        return values
+
+    def _conflicts(self, load_ids: set[int], trial_ids: set[int]) -> tuple[dict, set[int]]:
+        """{(load_id, trial_id): {column: value}}: what a unit said about a trial that an earlier
+        unit had already said differently (the trial keeps the first version). A trial's own
+        first unit is skipped: its rows gave the kept values."""
+        first_load = dict(self._select_in(
+            select(TRIAL_LOADS.c.trial_id, func.min(TRIAL_LOADS.c.load_id)).group_by(TRIAL_LOADS.c.trial_id),
+            TRIAL_LOADS.c.trial_id, trial_ids))
+        overlay: dict[tuple[int, int], dict[str, Any]] = {}
+        stmt = select(CONFLICTS.c.load_id, CONFLICTS.c.entity_id, CONFLICTS.c.field, CONFLICTS.c.incoming).where(
+            CONFLICTS.c.entity == "trial", CONFLICTS.c.load_id.in_(load_ids)).order_by(CONFLICTS.c.id)
+        for load_id, trial_id, name, incoming in self._select_in(stmt, CONFLICTS.c.entity_id, trial_ids):
+            if name in CONFLICT_COLUMNS and first_load.get(trial_id) != load_id and incoming:
+                overlay.setdefault((load_id, trial_id), {}).setdefault(CONFLICT_COLUMNS[name], incoming.get(name))
+        messages = {v.get("instruction") for v in overlay.values()} - {None}
+        return overlay, messages
+
+    def _texts(self, ids: Iterable[int | None]) -> dict[int, str]:
+        """Exact message texts by id."""
+        texts = {}
+        stmt = select(MESSAGES.c.id, MESSAGES.c.content, MESSAGES.c.content_raw)
+        for message_id, content, raw in self._select_in(stmt, MESSAGES.c.id, {i for i in ids if i is not None}):
+            texts[message_id] = content if raw is None else self._arrow_text(from_bytes(bytes(raw)))
+        return texts
+
+    def _arrow_text(self, text: str) -> str:
+        if _SURROGATE.search(text) is None:
+            return text
+        self.n_surrogate_texts += 1
+        return _SURROGATE.sub("\ufffd", text)
+
+    def _by_id(self, table, ids: Iterable[int]) -> dict[int, Any]:
+        return {row.id: row for row in self._select_in(select(table), table.c.id, ids)}
+
+    def _select_in(self, stmt, column, ids: Iterable[int]) -> Iterator[Any]:
+        ids = sorted(ids)
+        for start in range(0, len(ids), IN_CHUNK):
+            yield from self.conn.execute(stmt.where(column.in_(ids[start:start + IN_CHUNK])))
+
+
+def _message(turn, texts: dict[int, str]) -> dict[str, Any]:
+    """One conversation struct: role, content (null when the source had null) and any other
+    fields the source's struct had (kept in turns.extra)."""
+    return {**(turn.extra or {}), "role": turn.role,
+            "content": texts[turn.message_id] if turn.message_id is not None else None}
+
+
+def _hub_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
+    """A row from a Hub shard: its other columns are in episodes.extra, with the raw `episode`
+    string when it was not exactly episode-N (e.g. zero-padded)."""
+    extra = dict(extra or {})
+    episode = extra.pop("episode", values["episode"])
+    return {**extra, **values, "episode": episode}
+
+
+def _harbor_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
+    """A row from a trace directory, with the fallbacks `harbor traces export` applies: the
+    trajectory's agent and model name (kept in episodes.extra), placeholders for a missing model
+    or provider, and the trial name as run_id when the trial has no job."""
+    extra = extra or {}
+    values["agent"] = extra.get("agent") or values["agent"]
+    values["model"] = extra.get("model") or values["model"] or "unknown-model"
+    values["model_provider"] = values["model_provider"] or "unknown-provider"
+    values["run_id"] = values["run_id"] or values["trial_name"]
+    return values
+
+
+# --- writing -------------------------------------------------------------------------------
+
+
+class _ShardWriter:
+    """Streams rows into one Parquet file, a row group at a time."""
+
+    def __init__(self, path: Path, schema: pa.Schema, output: _Output):
+        self.path = path
+        self.schema = schema
+        self.output = output
+        self.n_rows = 0
+        self.text_bytes = 0
+        self._writer = pq.ParquetWriter(path, schema, compression=COMPRESSION)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._columns: dict[str, list] = {name: [] for name in self.schema.names}
+        self._buffered_rows = 0
+        self._buffered_bytes = 0
+
+    def add(self, values: dict[str, Any], text_bytes: int) -> None:
+        for name, column in self._columns.items():
+            column.append(values.get(name))
+        self._buffered_rows += 1
+        self._buffered_bytes += text_bytes
+        self.text_bytes += text_bytes
+        self.n_rows += 1
+        if self._buffered_rows >= ROW_GROUP_ROWS or self._buffered_bytes >= ROW_GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffered_rows:
+            return
+        arrays = [to_arrow(self._columns[f.name], f.type, f.name) for f in self.schema]
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
+        self._writer.write_table(table, row_group_size=table.num_rows)
+        self._reset()
+
+    def close(self) -> "_ShardWriter":
+        self._flush()
+        self._writer.close()
+        return self
+
+
+def _write_output(builder: _RowBuilder, output: _Output, paths: Iterator[Path]) -> list[_ShardWriter]:
+    """The output's rows in one file, or (rolled outputs) in files of about SHARD_BYTES, at
+    the temporary `paths`."""
+    shards: list[_ShardWriter] = []
+
+    def open_shard() -> _ShardWriter:
+        shards.append(_ShardWriter(next(paths), output.schema, output))
+        return shards[-1]
+
+    shard = open_shard()
+    for values, size in builder.rows(output):
+        if output.file_name is None and shard.text_bytes >= SHARD_BYTES:
+            shard.close()
+            shard = open_shard()
+        shard.add(values, size)
+    shard.close()
+    return shards
+
+
+def _drop_empty(shards: list[_ShardWriter]) -> list[_ShardWriter]:
+    """Empty files only where they reproduce an empty input shard (or where the dataset would
+    otherwise have no file at all)."""
+    kept = [s for s in shards if s.n_rows or s.output.keep_empty] or shards[:1]
+    for shard in shards:
+        if shard not in kept:
+            shard.path.unlink()
+    return kept
+
+
+def _file_names(shards: list[_ShardWriter]) -> list[str]:
+    """Each input shard's own file name, when every file has one and they are distinct (one
+    source); else train-0000i-of-0000N.parquet in order."""
+    names = [s.output.file_name for s in shards]
+    if all(names) and len(set(names)) == len(names):
+        return names
+    return [f"train-{i:05d}-of-{len(shards):05d}.parquet" for i in range(len(shards))]
+
+
+def _write_card(path: Path, sel: _Selection, info: ExportInfo) -> None:
+    what = []
+    if sel.source_labels:
+        what.append("sources: " + ", ".join(f"`{s}`" for s in sel.source_labels))
+    what.append("runs: " + (", ".join(f"`{r}`" for r in sel.run_labels) if sel.run_labels else "all"))
+    lines = [
+        "---",
+        "configs:",
+        "- config_name: default",
+        "  data_files:",
+        "  - split: train",
+        "    path: data/*.parquet",
+        "tags:",
+        "- agent-trajectories",
+        "- harbor",
+        "---",
+        "",
+        "# Agent trajectories exported from a trajectory warehouse",
+        "",
+        f"Written by `warehouse export hub` (warehouse {__version__}) on "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}: one row per episode, in the columns of "
+        "`harbor traces export`.",
+        "",
+        *[f"- {line}" for line in what],
+        f"- rows: {info.n_rows}",
+        f"- files: {len(info.files)}",
+        "",
+    ]
+    path.write_text("\n".join(lines), encoding="utf-8")
+
+
+# --- values back to their Arrow types ------------------------------------------------------
+
+
+def to_arrow(values: list[Any], type: pa.DataType, name: str) -> pa.Array:
+    """A column of Python values as an Arrow array of `type`. Values kept in JSON columns
+    (episodes.extra, turns.extra) are first turned back into what Arrow takes for that type."""
+    if _needs_restore(type):
+        values = [restore(v, type) for v in values]
+    try:
+        return pa.array(values, type=type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+        raise WarehouseError(f"column '{name}': stored values do not fit its type {type} "
+                             f"({_first_line(exc)})") from None
+
+
+def restore(value: Any, type: pa.DataType) -> Any:
+    """Undo `ingest.hub.to_json_value` for one value of Arrow type `type`: bytes were
+    {"$bytes_b64": …}, datetimes and dates ISO strings, decimals strings, maps [key, value]
+    lists."""
+    if value is None:
+        return None
+    if pa.types.is_dictionary(type):
+        return restore(value, type.value_type)
+    if pa.types.is_struct(type):
+        return {f.name: restore(value.get(f.name), f.type) for f in type} if isinstance(value, dict) else value
+    if pa.types.is_map(type):
+        return [(restore(k, type.key_type), restore(v, type.item_type)) for k, v in value]
+    if _is_list(type):
+        return [restore(v, type.value_type) for v in value]
+    if _is_binary(type):
+        return base64.b64decode(value["$bytes_b64"]) if isinstance(value, dict) else value
+    if isinstance(value, str):
+        if pa.types.is_timestamp(type):
+            return datetime.fromisoformat(value)
+        if pa.types.is_date(type):
+            return date.fromisoformat(value)
+        if pa.types.is_decimal(type):
+            return Decimal(value)
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def _needs_restore(type: pa.DataType) -> bool:
+    """Whether any part of `type` is stored in a form Arrow does not take back as is (plain
+    numbers, strings, lists and structs go straight in: the common case, kept fast)."""
+    if pa.types.is_struct(type):
+        return any(_needs_restore(f.type) for f in type)
+    if _is_list(type):
+        return _needs_restore(type.value_type)
+    return (pa.types.is_map(type) or pa.types.is_dictionary(type) or _is_binary(type)
+            or pa.types.is_timestamp(type) or pa.types.is_date(type) or pa.types.is_decimal(type))
+
+
+def _is_list(type: pa.DataType) -> bool:
+    return (pa.types.is_list(type) or pa.types.is_large_list(type) or pa.types.is_fixed_size_list(type)
+            or pa.types.is_list_view(type) or pa.types.is_large_list_view(type))
+
+
+def _is_binary(type: pa.DataType) -> bool:
+    return (pa.types.is_binary(type) or pa.types.is_large_binary(type) or pa.types.is_fixed_size_binary(type)
+            or pa.types.is_binary_view(type))
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
