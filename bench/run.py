@@ -30,7 +30,8 @@ DATASETS = {
     "math": ("math", dict(episodes="last", shards=1, seed=1)),
     "tb": ("tb", dict(episodes="last", shards=1, seed=2)),
     "tb-all": ("tb", dict(episodes="all", shards=1, seed=2)),
-    "math-x5": ("math", dict(episodes="last", shards=4, seed=3, scale=5.0)),
+    # The math export five times over: five runs (checkpoints) of the same tasks, four shards.
+    "math-x5": ("math", dict(episodes="last", shards=4, seed=3, runs=5, rl=False)),
 }
 
 

@@ -12,10 +12,16 @@ config = context.config
 target_metadata = Base.metadata
 
 
+def _include_object(obj, name, type_, reflected, compare_to) -> bool:
+    # The optional search index (`warehouse index build`) lives outside the migrations.
+    return not (name or "").startswith("search_")
+
+
 def _configure(connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
+        include_object=_include_object,
         # SQLite cannot ALTER most things; batch mode rebuilds the table instead.
         render_as_batch=True,
         compare_type=True,

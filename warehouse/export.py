@@ -370,10 +370,11 @@ def _message(turn, texts: dict[int, str]) -> dict[str, Any]:
 
 def _hub_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
     """A row from a Hub shard: its other columns are in episodes.extra, with the raw `episode`
-    string when it was not exactly episode-N (e.g. zero-padded)."""
+    string when it was not exactly episode-N (e.g. zero-padded) and the raw `trace_source` when
+    it was null or empty (stored under the key "main")."""
     extra = dict(extra or {})
-    episode = extra.pop("episode", values["episode"])
-    return {**extra, **values, "episode": episode}
+    raw = {name: extra.pop(name) for name in ("episode", "trace_source") if name in extra}
+    return {**extra, **values, **raw}
 
 
 def _harbor_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:

@@ -59,6 +59,8 @@ def run_readonly(
     that outlives `timeout` seconds, or anything the database rejects."""
     if isinstance(url, str):
         url = resolve_url(url)
+    if timeout <= 0:
+        raise WarehouseError("the time limit must be more than 0 seconds")
     count = len(split_statements(sql))
     if count == 0:
         raise WarehouseError("no SQL statement given")
@@ -66,7 +68,7 @@ def run_readonly(
         raise WarehouseError(
             f"one statement at a time: this text holds {count} (nothing was run)")
     opener = _sqlite_readonly if url.get_backend_name() == "sqlite" else _postgres_readonly
-    with opener(url, timeout) as (conn, explain_error):
+    with opener(url, timeout) as (conn, describe_error):
         try:
             # Stream rows from PostgreSQL (a server-side cursor) so a row cap never pulls a
             # whole table into memory. Only a query can be a cursor; anything else (EXPLAIN,
@@ -82,8 +84,13 @@ def run_readonly(
             result.close()
             return ReadResult(columns, rows[:max_rows], len(rows) > max_rows)
         except DBAPIError as exc:
-            raise WarehouseError(explain_error(exc.orig)) from None
-        except StatementError as exc:  # raised before reaching the database, e.g. a missing parameter
+            raise WarehouseError(describe_error(exc.orig)) from None
+        except StatementError as exc:  # raised before reaching the database
+            missing = re.search(r"value is required for bind parameter '(\w+)'", str(exc))
+            if missing:
+                name = missing.group(1)
+                raise WarehouseError(f"no value for :{name} (give -p {name} VALUE; "
+                                     f"write \\: for a colon that is not a parameter)") from None
             raise WarehouseError(_first_line(exc.orig or exc)) from None
 
 
@@ -216,7 +223,7 @@ def _sqlite_readonly(url: URL, timeout: float) -> Iterator[tuple[Connection, Any
         raw.set_progress_handler(past_deadline, _SQLITE_TICKS)
         return raw
 
-    def explain(exc: BaseException) -> str:
+    def describe(exc: BaseException) -> str:
         if timed_out:
             return f"the query ran longer than the time limit ({timeout:g} s; see --timeout)"
         if refused:
@@ -228,13 +235,15 @@ def _sqlite_readonly(url: URL, timeout: float) -> Iterator[tuple[Connection, Any
 
     engine = create_engine("sqlite+pysqlite://", creator=connect, poolclass=NullPool)
     try:
-        with _connect(engine, explain) as conn:
-            yield conn, explain
+        with _connect(engine, describe) as conn:
+            yield conn, describe
     finally:
         engine.dispose()
 
 
 class _StringAgg:
+    """string_agg(value, separator) for SQLite before 3.44: the non-NULL values, joined."""
+
     def __init__(self) -> None:
         self.parts: list[str] = []
         self.sep = ","
@@ -252,7 +261,7 @@ class _StringAgg:
 
 @contextmanager
 def _postgres_readonly(url: URL, timeout: float) -> Iterator[tuple[Connection, Any]]:
-    def explain(exc: BaseException) -> str:
+    def describe(exc: BaseException) -> str:
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate == "57014":  # query_canceled: the statement_timeout fired
             return f"the query ran longer than the time limit ({timeout:g} s; see --timeout)"
@@ -265,20 +274,20 @@ def _postgres_readonly(url: URL, timeout: float) -> Iterator[tuple[Connection, A
     # A connection of its own (no pool) so nothing a statement does to the session survives it.
     engine = create_engine(url, poolclass=NullPool)
     try:
-        with _connect(engine, explain) as conn:
+        with _connect(engine, describe) as conn:
             transaction = conn.begin()
             try:
                 conn.exec_driver_sql("SET TRANSACTION READ ONLY")
                 conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}")
-                yield conn, explain
+                yield conn, describe
             finally:
                 transaction.rollback()
     finally:
         engine.dispose()
 
 
-def _connect(engine, explain) -> Connection:
+def _connect(engine, describe) -> Connection:
     try:
         return engine.connect()
     except DBAPIError as exc:
-        raise WarehouseError(explain(exc.orig)) from None
+        raise WarehouseError(describe(exc.orig)) from None

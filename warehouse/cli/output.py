@@ -70,10 +70,13 @@ def write_rows(
 def _write_table(columns, rows, out, title) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, show_lines=False, header_style="bold")
     for col in columns:
         table.add_column(col, overflow="fold")
     for row in rows:
-        table.add_row(*(_cell(v) for v in row))
+        # Text(), not a str: stored data such as "arr[i]" or "[bold]" must print as it is, not
+        # be read as rich markup.
+        table.add_row(*(Text(_cell(v)) for v in row))
     Console(file=out, width=None if out.isatty() else 200).print(table)

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# Migrations are serialized across processes (several `warehouse ingest` started at once on a new
+# database all try to create it): PostgreSQL takes this transaction-scoped advisory lock first;
+# SQLite begins the migration with BEGIN IMMEDIATE, its write lock, waited for via busy_timeout.
+MIGRATION_LOCK = 0x77686462  # "whdb"; distinct from the ingest write lock (ingest.bulk)
 
 # The newest revision in migrations/versions. Every command checks the database against it, so
 # it is a constant rather than read from the scripts: importing Alembic costs a tenth of a
@@ -63,7 +67,9 @@ def _run(engine: Engine, fn, *args) -> None:
     # while it rebuilds tables.
     migration_engine = make_engine(engine.url, for_migrations=True)
     try:
-        with migration_engine.begin() as conn:
+        with migration_engine.connect() as conn, conn.execution_options(sqlite_write=True).begin():
+            if conn.dialect.name == "postgresql":
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
             cfg = alembic_config(migration_engine)
             cfg.attributes["connection"] = conn
             fn(cfg, *args)
@@ -83,21 +89,32 @@ def downgrade(engine: Engine, revision: str) -> None:
     _run(engine, command.downgrade, revision)
 
 
+def _upgrade_if_still_empty(cfg: Config) -> None:
+    """Create the schema unless another process did while this one waited for the lock."""
+    from alembic import command
+
+    # Inspected rather than SELECTed: a failed statement would abort PostgreSQL's transaction.
+    if set(inspect(cfg.attributes["connection"]).get_table_names()) - {"alembic_version"}:
+        return  # made meanwhile (or not ours to touch): ensure_current decides below
+    command.upgrade(cfg, "head")
+
+
 def ensure_current(engine: Engine, *, create: bool = False) -> None:
     """Refuse a stale, newer or foreign schema with one line naming the fix.
 
     An empty database is not stale: with `create` it is brought to head (what `ingest` does);
-    without it, it is refused with the command that creates it."""
+    without it, it is refused with the command that creates it. Concurrent creators are safe:
+    the creation is serialized and re-checked under the migration lock."""
     head = head_revision()
     current = current_revision(engine)
     where = redact(engine.url)
+    if current is None and create and is_empty(engine):
+        _run(engine, _upgrade_if_still_empty)
+        current = current_revision(engine)
     if current == head:
         return
     if current is None:
         if is_empty(engine):
-            if create:
-                upgrade(engine)
-                return
             raise SchemaError(
                 f"{where} holds no warehouse yet: run `warehouse ingest …` or `warehouse db upgrade`"
             )

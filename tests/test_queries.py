@@ -1,0 +1,284 @@
+"""Canned queries against numbers worked out by hand from tests/query_fixture.py (its
+docstring lists every trial), on SQLite and PostgreSQL; their CLI, help and output formats."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+import query_fixture
+from query_fixture import cli
+from warehouse.errors import WarehouseError
+from warehouse.queries import QUERIES, run_canned
+from warehouse.queries.registry import bind_names
+from warehouse.queries.stats import pass_at_k, percentile
+
+
+@pytest.fixture
+def url(db_url, engine):
+    query_fixture.build(engine)
+    return db_url
+
+
+def run(url, name, **params):
+    result = run_canned(url, QUERIES[name], params)
+    return [dict(zip(result.columns, row)) for row in result.rows]
+
+
+def approx_rows(rows):
+    return [{k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()} for row in rows]
+
+
+# --- the arithmetic ----------------------------------------------------------------------
+
+def test_pass_at_k_by_hand():
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    assert pass_at_k(5, 2, 4) == 1.0  # n - c = 3 < 4: every draw of 4 holds a success
+    assert pass_at_k(5, 0, 3) == 0.0
+    assert pass_at_k(3, 1, 2) == pytest.approx(2 / 3)  # 1 - C(2,2)/C(3,2)
+    assert pass_at_k(2, 2, 5) is None  # fewer attempts than k
+    # Large n stays finite and exact enough where C(n, k) itself would overflow a float.
+    assert pass_at_k(2000, 1, 1000) == pytest.approx(0.5)
+
+
+def test_percentile_interpolates():
+    assert percentile([1, 2, 3, 4], 0.5) == 2.5
+    assert percentile([2] * 8 + [4], 0.9) == pytest.approx(2.4)
+    assert percentile([7], 0.9) == 7
+    assert percentile([], 0.5) is None
+
+
+def test_every_sql_parameter_is_declared():
+    # A `:word` in a .sql file (a comment too) becomes a bind parameter: all must be declared.
+    for query in QUERIES.values():
+        assert bind_names(query.sql) <= {p.name for p in query.params}, query.name
+
+
+# --- each query, by hand -----------------------------------------------------------------
+
+def test_runs(url):
+    rows = run(url, "runs")
+    assert approx_rows(rows) == [
+        dict(run_key="run-a", trials=11, complete=10, incomplete=1, pass_rate=4 / 11, mean_reward=0.5,
+             errors=1, agents="terminus", models="m1",
+             first_started=datetime(2024, 1, 1, 10, tzinfo=timezone.utc),
+             last_started=datetime(2024, 1, 1, 14, tzinfo=timezone.utc), sources="fixture-a, fixture-b"),
+        dict(run_key="run-b", trials=9, complete=9, incomplete=0, pass_rate=2 / 9, mean_reward=0.25,
+             errors=1, agents="terminus", models="m1, m2", first_started=None, last_started=None,
+             sources="fixture-b"),
+        dict(run_key="run-c", trials=2, complete=2, incomplete=0, pass_rate=1.0, mean_reward=1.0,
+             errors=0, agents="openhands", models="m1", first_started=None, last_started=None,
+             sources="fixture-a"),
+    ]
+
+
+def test_runs_threshold(url):
+    # At 0.5 run-a's reward of 0.5 on task2 counts too: 5 of 11.
+    assert [r["pass_rate"] for r in run(url, "runs", threshold=0.5)] == pytest.approx([5 / 11, 2 / 9, 1.0])
+
+
+def test_pass_rate_by_run_model_agent(url):
+    assert approx_rows(run(url, "pass-rate")) == [
+        dict(run_key="run-a", trials=11, successes=4, pass_rate=4 / 11, mean_reward=0.5, errors=1),
+        dict(run_key="run-b", trials=9, successes=2, pass_rate=2 / 9, mean_reward=0.25, errors=1),
+        dict(run_key="run-c", trials=2, successes=2, pass_rate=1.0, mean_reward=1.0, errors=0),
+    ]
+    # m1: run-a's 11 trials, run-b's task3 (2), run-c (2); rewards known: 9 + 2 + 2, sum 4.5 + 1 + 2.
+    assert approx_rows(run(url, "pass-rate", by="model")) == [
+        dict(model="m1", trials=15, successes=7, pass_rate=7 / 15, mean_reward=7.5 / 13, errors=1),
+        dict(model="m2", trials=7, successes=1, pass_rate=1 / 7, mean_reward=1 / 6, errors=1),
+    ]
+    assert approx_rows(run(url, "pass-rate", by="agent")) == [
+        dict(agent="openhands", trials=2, successes=2, pass_rate=1.0, mean_reward=1.0, errors=0),
+        dict(agent="terminus", trials=20, successes=6, pass_rate=0.3, mean_reward=6.5 / 17, errors=2),
+    ]
+
+
+def test_pass_rate_rejects_an_unknown_grouping(url):
+    with pytest.raises(WarehouseError, match="--by must be one of"):
+        run(url, "pass-rate", by="task")
+
+
+SOLVE_MATRIX = [
+    # task, run, attempts, successes, runs_solved, runs_attempted
+    ("task1", "run-a", 5, 2, 2, 3),
+    ("task1", "run-b", 4, 0, 2, 3),
+    ("task1", "run-c", 1, 1, 2, 3),
+    ("task2", "run-a", 3, 0, 1, 2),
+    ("task2", "run-b", 3, 1, 1, 2),
+    ("task3", "run-a", 2, 2, 2, 2),
+    ("task3", "run-b", 2, 1, 2, 2),
+    ("task4", "run-a", 1, 0, 0, 1),
+]
+
+
+def _matrix(rows):
+    return [tuple(r.values()) for r in rows]
+
+
+def test_solve_matrix(url):
+    assert _matrix(run(url, "solve-matrix")) == SOLVE_MATRIX
+    assert _matrix(run(url, "solve-matrix", unsolved=True)) == [("task4", "run-a", 1, 0, 0, 1)]
+    assert _matrix(run(url, "solve-matrix", solved_by_all=True)) == [
+        ("task3", "run-a", 2, 2, 2, 2), ("task3", "run-b", 2, 1, 2, 2)]
+
+
+def test_solve_matrix_threshold(url):
+    # At 0.5 run-a solves task2 (reward 0.5), so both runs that tried task2 solved it.
+    assert _matrix(run(url, "solve-matrix", solved_by_all=True, threshold=0.5)) == [
+        ("task2", "run-a", 3, 1, 2, 2), ("task2", "run-b", 3, 1, 2, 2),
+        ("task3", "run-a", 2, 2, 2, 2), ("task3", "run-b", 2, 1, 2, 2)]
+    assert _matrix(run(url, "solve-matrix", unsolved=True, threshold=0.5)) == [("task4", "run-a", 1, 0, 0, 1)]
+
+
+def test_pass_at_k_per_task(url):
+    rows = run(url, "pass-at-k", k="1,2,5", per_task=True)
+    N = None
+    assert approx_rows(rows) == [
+        {"run_key": r, "task": t, "n": n, "c": c, "pass@1": p1, "pass@2": p2, "pass@5": p5}
+        for r, t, n, c, p1, p2, p5 in [
+            ("run-a", "task1", 5, 2, 0.4, 0.7, 1.0),  # 1 - C(3,2)/C(5,2); n-c = 3 < 5 -> 1
+            ("run-a", "task2", 3, 0, 0.0, 0.0, N),
+            ("run-a", "task3", 2, 2, 1.0, 1.0, N),
+            ("run-a", "task4", 1, 0, 0.0, N, N),
+            ("run-b", "task1", 4, 0, 0.0, 0.0, N),
+            ("run-b", "task2", 3, 1, 1 / 3, 2 / 3, N),  # 1 - C(2,2)/C(3,2)
+            ("run-b", "task3", 2, 1, 0.5, 1.0, N),  # n-c = 1 < 2 -> 1
+            ("run-c", "task1", 1, 1, 1.0, N, N),
+        ]
+    ]
+
+
+def test_pass_at_k_per_run(url):
+    rows = run(url, "pass-at-k", k="1,2,5")
+    assert approx_rows(rows) == [
+        # means over the tasks with at least k attempts
+        {"run_key": "run-a", "tasks": 4, "min_attempts": 1,
+         "pass@1": (0.4 + 0 + 1 + 0) / 4, "pass@2": (0.7 + 0 + 1) / 3, "pass@5": 1.0},
+        {"run_key": "run-b", "tasks": 3, "min_attempts": 2,
+         "pass@1": (0 + 1 / 3 + 0.5) / 3, "pass@2": (0 + 2 / 3 + 1) / 3, "pass@5": None},
+        {"run_key": "run-c", "tasks": 1, "min_attempts": 1, "pass@1": 1.0, "pass@2": None, "pass@5": None},
+    ]
+
+
+def test_pass_at_k_threshold(url):
+    # At 0.5, run-a's task2 has c = 1 of 3: pass@1 = 1/3, pass@2 = 2/3.
+    rows = {(r["run_key"], r["task"]): r for r in run(url, "pass-at-k", k="1,2", per_task=True, threshold=0.5)}
+    assert rows[("run-a", "task2")]["pass@1"] == pytest.approx(1 / 3)
+    assert rows[("run-a", "task2")]["pass@2"] == pytest.approx(2 / 3)
+
+
+def test_compare(url):
+    assert _matrix(run(url, "compare", a="run-a", b="run-b")) == [
+        ("task1", 5, 2, 4, 0, "lost"),
+        ("task2", 3, 0, 3, 1, "gained"),
+        ("task3", 2, 2, 2, 1, None),
+        ("task4", 1, 0, 0, 0, None),  # run-b never tried it: no flip
+    ]
+    assert _matrix(run(url, "compare", a="run-a", b="run-b", flipped=True)) == [
+        ("task1", 5, 2, 4, 0, "lost"), ("task2", 3, 0, 3, 1, "gained")]
+    assert _matrix(run(url, "compare", a="run-b", b="run-a", flipped=True)) == [
+        ("task1", 4, 0, 5, 2, "gained"), ("task2", 3, 1, 3, 0, "lost")]
+
+
+def test_compare_threshold(url):
+    # At 0.5 run-a solves task2 as well: only task1 flips.
+    assert _matrix(run(url, "compare", a="run-a", b="run-b", flipped=True, threshold=0.5)) == [
+        ("task1", 5, 2, 4, 0, "lost")]
+
+
+def test_compare_needs_existing_runs(url):
+    with pytest.raises(WarehouseError, match="no run 'run-x'"):
+        run(url, "compare", a="run-a", b="run-x")
+    with pytest.raises(WarehouseError, match="--a is required"):
+        run(url, "compare", b="run-b")
+
+
+def test_failures(url):
+    assert approx_rows(run(url, "failures")) == [
+        dict(run_key="run-a", exception_type="AgentTimeoutError", trials=1, tasks=1, share=1 / 11),
+        dict(run_key="run-b", exception_type="RuntimeError", trials=1, tasks=1, share=1 / 9),
+    ]
+
+
+def test_lengths(url):
+    N = None
+    expected = [
+        # run-a: 10 trials with the default episode (2 turns, 9 chars); the incomplete one has none.
+        ("run-a", "turns", 10, 2, 2, 2),
+        ("run-a", "chars", 10, 9, 9, 9),
+        ("run-a", "input_tokens", 5, 30, 46, 50),  # 10..50: p90 at rank 3.6 -> 40 + 0.6 * 10
+        ("run-a", "output_tokens", 5, 3, 4.6, 5),
+        # run-b: 8 trials of 2 turns / 9 chars, and task2__b0's longest episode: 4 turns, 48 chars.
+        ("run-b", "turns", 9, 2, 2.4, 4),  # p90 at rank 7.2 -> 2 + 0.2 * 2
+        ("run-b", "chars", 9, 9, 16.8, 48),  # 9 + 0.2 * 39
+        ("run-b", "input_tokens", 0, N, N, N),
+        ("run-b", "output_tokens", 0, N, N, N),
+        # run-c: "shared" (longest episode 4 turns, 41 chars) and c2 (2 turns, 36 chars).
+        ("run-c", "turns", 2, 3, 3.8, 4),
+        ("run-c", "chars", 2, 38.5, 40.5, 41),
+        ("run-c", "input_tokens", 2, 200, 280, 300),
+        ("run-c", "output_tokens", 1, 10, 10, 10),
+    ]
+    rows = run(url, "lengths")
+    assert [tuple(r.values()) for r in rows] == [
+        tuple(pytest.approx(v) if isinstance(v, float) else v for v in row) for row in expected]
+
+
+# --- the command line ----------------------------------------------------------------------
+
+def test_cli_list_and_help(tmp_path):
+    listing = cli(str(tmp_path / "none.db"), "query", "list", "--format", "json")
+    assert listing.returncode == 0, listing.stderr
+    assert [q["name"] for q in json.loads(listing.stdout)] == list(QUERIES)
+    helped = cli(str(tmp_path / "none.db"), "query", "pass-at-k", "--help")
+    assert helped.returncode == 0
+    for option in ("--k", "--per-task", "--threshold", "--format", "--timeout"):
+        assert option in helped.stdout
+
+
+def test_cli_formats_parse(url):
+    as_json = cli(url, "query", "compare", "--a", "run-a", "--b", "run-b", "--flipped", "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == [
+        dict(task="task1", a_attempts=5, a_successes=2, b_attempts=4, b_successes=0, flip="lost"),
+        dict(task="task2", a_attempts=3, a_successes=0, b_attempts=3, b_successes=1, flip="gained"),
+    ]
+    as_jsonl = cli(url, "query", "pass-at-k", "--k", "1,2", "--format", "jsonl")
+    lines = [json.loads(line) for line in as_jsonl.stdout.splitlines()]
+    assert [line["run_key"] for line in lines] == ["run-a", "run-b", "run-c"]
+    assert lines[0]["pass@2"] == pytest.approx((0.7 + 0 + 1) / 3)
+    as_csv = cli(url, "query", "solve-matrix", "--unsolved", "--format", "csv")
+    assert list(csv.reader(io.StringIO(as_csv.stdout))) == [
+        ["task", "run_key", "attempts", "successes", "runs_solved", "runs_attempted"],
+        ["task4", "run-a", "1", "0", "0", "1"],
+    ]
+    table = cli(url, "query", "runs")
+    assert table.returncode == 0 and "run-a" in table.stdout and "fixture-a, fixture-b" in table.stdout
+
+
+def test_cli_errors(url):
+    missing = cli(url, "query", "compare", "--a", "run-a")
+    assert missing.returncode == 2  # usage: --b is required
+    unknown = cli(url, "query", "compare", "--a", "run-a", "--b", "nope")
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip().splitlines() == ["Error: no run 'nope' (warehouse query runs lists them)"]
+    bad_k = cli(url, "query", "pass-at-k", "--k", "0,x")
+    assert bad_k.returncode == 2 and "expected integers" in bad_k.stderr
+    bad_by = cli(url, "query", "pass-rate", "--by", "task")
+    assert bad_by.returncode == 2
+
+
+@pytest.mark.parametrize("command", [
+    ["query", "runs"], ["sql", "SELECT 1"], ["search", "x"], ["show", "t1"], ["index", "build"],
+])
+def test_commands_check_the_schema_first(empty_db_url, command):
+    done = cli(empty_db_url, *command)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert "holds no warehouse yet" in done.stderr

@@ -1,0 +1,150 @@
+"""`warehouse search` and `warehouse index`: hits and misses, filters, case folding, the same
+hits with and without the trigram index, messages ingested after the index was built, NUL."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import text
+
+import query_fixture
+from ingest import writer
+from ingest.records import Episode, Trial, Turn
+from query_fixture import cli
+from warehouse import search as search_lib
+from warehouse.search import build_index, drop_index, index_status, search
+
+VERIFIER_HIT = ("run-b", "task1__b0", None, None, None, "verifier", "FAILED: AssertionError: expected error")
+ERROR_TURN = ("run-b", "task2__b0", "main", 0, 1, "assistant", "Found an ERROR here")
+ECOLE_TURN = ("run-c", "shared", "main", 1, 2, "user", "Déjà vu: ÉCOLE 100% done")
+NUL_TURN = ("run-c", "c2", "main", 0, 0, "user", "binary\ufffddata with needle-xyz inside")
+HI_TURN = ("run-c", "shared", "main", 0, 1, "assistant", "hi")
+
+# needle, filters -> expected rows; the same with and without the index.
+CASES = [
+    ("error", {}, [VERIFIER_HIT, ERROR_TURN]),  # the turn is in 2 episodes: listed once, at the first
+    ("ERROR", {}, [VERIFIER_HIT, ERROR_TURN]),
+    ("eRrOr", {"role": "assistant"}, [ERROR_TURN]),
+    ("error", {"role": "verifier"}, [VERIFIER_HIT]),
+    ("error", {"task": "task2"}, [ERROR_TURN]),
+    ("error", {"run": "run-a"}, []),
+    ("error", {"run": "run-b", "task": "task1"}, [VERIFIER_HIT]),
+    ("needle-xyz", {}, [NUL_TURN]),  # the message holds a NUL
+    ("NEEDLE-X", {}, [NUL_TURN]),
+    ("ÉCOLE", {}, [ECOLE_TURN]),
+    ("École", {}, [ECOLE_TURN]),  # É exact, the ASCII letters folded
+    ("école", {}, []),  # only ASCII letters fold
+    ("0%", {}, [ECOLE_TURN]),  # % and _ are literal, not wildcards ("1000 items" must not match)
+    ("1_00", {}, []),
+    ("hi", {}, [HI_TURN]),  # shorter than a trigram: always a scan
+    ("do it", {"run": "run-c"}, []),
+    ("no such text anywhere", {}, []),
+    ('"quoted" AND NEAR(', {}, []),  # FTS5 query syntax is taken literally
+]
+
+
+@pytest.fixture
+def url(db_url, engine):
+    query_fixture.build(engine)
+    return db_url
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["scan", "index"])
+def test_hits_and_misses(url, engine, indexed):
+    if indexed:
+        build_index(engine)
+    for needle, filters, expected in CASES:
+        result = search(url, needle, **filters)
+        assert result.rows == expected, (needle, filters)
+        assert result.columns == ["run_key", "trial_name", "trace_source", "episode", "turn", "role", "snippet"]
+    assert search(url, "error").via_index is indexed
+
+
+def test_index_and_scan_agree(url, engine):
+    needles = ["e", "er", "err", "ERROR", "do it", "done", "pass", "TESTS", "100%", "ÉCO", "xyz", "items"]
+    scanned = {n: search(url, n, limit=1000).rows for n in needles}
+    build_index(engine)
+    assert {n: search(url, n, limit=1000).rows for n in needles} == scanned
+    assert len(scanned["done"]) == 19  # 18 trials with the default episode, and the ÉCOLE turn
+
+
+def _add_late_message(engine, text: str, key: str) -> None:
+    source = writer.ensure_source(engine, "parquet", f"/fixture/{key}", key)
+    with writer.unit(engine, source, f"unit-{key}", f"hash-{key}") as u:
+        u.add_trials([Trial(run_key="run-late", trial_name=f"{key}__0", task_name="task1", reward=1.0,
+                            result="1.0", episodes=[Episode(0, [Turn("user", text)])])])
+
+
+def test_index_covers_messages_ingested_after_it(url, engine, backend):
+    build_index(engine)
+    _add_late_message(engine, "a Late-Arriving message", "late")
+    result = search(url, "late-arriving")
+    assert result.via_index
+    assert result.rows == [("run-late", "late__0", "main", 0, 0, "user", "a Late-Arriving message")]
+    if backend == "sqlite":  # the FTS index does not follow ingests: the newer messages are scanned
+        assert index_status(url).unindexed == 1
+        assert "1 message arrived after" in result.note
+        build_index(engine)  # indexes just the new message
+    status = index_status(url)
+    assert status.present and status.unindexed == 0
+    again = search(url, "late-arriving")
+    assert again.rows == result.rows and again.note is None
+
+
+def test_index_build_is_idempotent_and_drop_removes_it(url, engine):
+    assert not index_status(url).present
+    build_index(engine)
+    build_index(engine)
+    assert index_status(url).present
+    assert search(url, "needle").rows == [NUL_TURN]
+    drop_index(engine)
+    drop_index(engine)
+    assert not index_status(url).present
+    assert search(url, "needle").rows == [NUL_TURN]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_sqlite_index_holds_every_message_once(url, engine):
+    build_index(engine)
+    build_index(engine)
+    with engine.connect() as conn:
+        indexed = conn.exec_driver_sql(f"SELECT count(*) FROM {search_lib.FTS_DOCSIZE}").scalar()
+        assert indexed == conn.exec_driver_sql("SELECT count(*) FROM messages").scalar()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_postgres_planner_can_use_the_index(url, engine):
+    build_index(engine)
+    # The message filter search runs; the planner picks the index for it on large tables (here
+    # the table is tiny, so sequential scans are ruled out to see that it can).
+    sql = "SELECT m.id FROM messages m WHERE " + search_lib._CONTAINS["postgresql"].format(col="m.content")
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + sql), {
+            "pattern": "%needle%", "needle": "needle"}))
+    assert search_lib.PG_INDEX in plan
+
+
+def test_limit_and_snippet_context(url, engine):
+    result = search(url, "done", limit=3)
+    assert len(result.rows) == 3 and result.truncated
+    _add_late_message(engine, "x" * 200 + " the MIDDLE part " + "y" * 200, "long")
+    (row,) = search(url, "middle").rows
+    assert row[-1] == "…" + "x" * 55 + " the MIDDLE part " + "y" * 54 + "…"
+
+
+def test_cli(url):
+    done = cli(url, "search", "ERROR", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [
+        dict(zip(["run_key", "trial_name", "trace_source", "episode", "turn", "role", "snippet"], row))
+        for row in (VERIFIER_HIT, ERROR_TURN)]
+    assert cli(url, "index", "build").returncode == 0
+    assert cli(url, "index", "build").returncode == 0
+    again = cli(url, "search", "ERROR", "--format", "json")
+    assert again.stdout == done.stdout
+    capped = cli(url, "search", "done", "--limit", "2", "--format", "csv")
+    assert len(capped.stdout.splitlines()) == 3 and "stopped at 2 hits" in capped.stderr
+    assert cli(url, "index", "drop").returncode == 0
+    assert cli(url, "search", "").returncode == 2

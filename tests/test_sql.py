@@ -1,0 +1,172 @@
+"""`warehouse sql`: read-only by construction on both backends, with a time limit, a row cap,
+parameters, stdin, and the output formats. Run through the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+
+import pytest
+from sqlalchemy import text
+
+import query_fixture
+from query_fixture import cli
+from warehouse.errors import WarehouseError
+from warehouse.readonly import run_readonly, split_statements
+
+TRIALS = 22  # in tests/query_fixture.py
+
+
+@pytest.fixture
+def url(db_url, engine):
+    query_fixture.build(engine)
+    return db_url
+
+
+def trial_count(engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM trials")).scalar()
+
+
+def assert_refused(url, engine, sql: str) -> str:
+    done = cli(url, "sql", sql)
+    assert done.returncode == 1, (sql, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), (sql, done.stderr)
+    assert done.stdout == ""
+    assert trial_count(engine) == TRIALS
+    return lines[0]
+
+
+WRITES = [
+    "DELETE FROM trials",
+    "INSERT INTO runs (run_key) VALUES ('sneaky')",
+    "UPDATE trials SET reward = 0",
+    "DROP TABLE trials",
+    "CREATE TABLE scratch (x INTEGER)",
+    "SELECT 1; DELETE FROM trials",
+    "DELETE FROM trials; SELECT 1",
+]
+
+
+@pytest.mark.parametrize("sql", WRITES)
+def test_writes_are_refused(url, engine, sql):
+    message = assert_refused(url, engine, sql)
+    if ";" in sql:
+        assert "one statement at a time" in message
+    else:
+        assert "read-only" in message
+
+
+@pytest.mark.parametrize("sql", [
+    "ATTACH DATABASE '{tmp}/elsewhere.db' AS other",
+    "PRAGMA journal_mode=DELETE",
+    "PRAGMA user_version=5",
+    "PRAGMA query_only=0",
+    "VACUUM INTO '{tmp}/copy.db'",
+    "BEGIN",
+])
+@pytest.mark.parametrize("backend", ["sqlite"])  # overrides conftest's both-backends fixture
+def test_sqlite_specific_writes_are_refused(url, engine, sql, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert "read-only" in assert_refused(url, engine, sql.format(tmp=scratch))
+    assert list(scratch.iterdir()) == []  # no file attached or written
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA user_version").scalar() == 0
+
+
+@pytest.mark.parametrize("sql", [
+    "WITH x AS (DELETE FROM trials RETURNING *) SELECT * FROM x",
+    "SELECT nextval('trials_id_seq')",
+    "SELECT * FROM trials FOR UPDATE",
+])
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_postgres_specific_writes_are_refused(url, engine, sql):
+    assert "read-only" in assert_refused(url, engine, sql)
+
+
+def test_time_limit(url):
+    slow = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 1000000000) "
+            "SELECT count(*) FROM c")
+    started = time.monotonic()
+    done = cli(url, "sql", "--timeout", "1", slow)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "Error: the query ran longer than the time limit (1 s; see --timeout)"
+    assert time.monotonic() - started < 15
+
+
+def test_row_cap(url):
+    done = cli(url, "sql", "--max-rows", "5", "--format", "csv", "SELECT trial_name FROM trials ORDER BY id")
+    assert done.returncode == 0
+    assert len(list(csv.reader(io.StringIO(done.stdout)))) == 1 + 5
+    assert "stopped at 5 rows" in done.stderr
+    exact = cli(url, "sql", "--max-rows", str(TRIALS), "--format", "csv", "SELECT trial_name FROM trials")
+    assert len(exact.stdout.splitlines()) == 1 + TRIALS and exact.stderr == ""
+
+
+def test_parameters_and_stdin(url):
+    done = cli(url, "sql", "-p", "run", "run-b", "-p", "t", "0.5", "--format", "json",
+               "SELECT count(*) AS n FROM trials tr JOIN runs r ON r.id = tr.run_id "
+               "WHERE r.run_key = :run AND tr.reward >= CAST(:t AS REAL)")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [{"n": 2}]
+    piped = cli(url, "sql", "-", "--format", "jsonl",
+                stdin="-- a comment; with a semicolon\nSELECT run_key FROM runs ORDER BY run_key;\n")
+    assert piped.returncode == 0, piped.stderr
+    assert [json.loads(line) for line in piped.stdout.splitlines()] == [
+        {"run_key": "run-a"}, {"run_key": "run-b"}, {"run_key": "run-c"}]
+    missing = cli(url, "sql", "SELECT :nope")
+    assert missing.returncode == 1 and missing.stderr.startswith("Error: no value for :nope")
+    escaped = cli(url, "sql", "--format", "csv", "SELECT 'at \\:noon' AS t")
+    assert escaped.stdout.splitlines() == ["t", "at :noon"]
+
+
+def test_output_formats(url):
+    sql = "SELECT run_key, count(*) AS trials FROM trial_summary GROUP BY run_key ORDER BY run_key"
+    expected = [{"run_key": "run-a", "trials": 11}, {"run_key": "run-b", "trials": 9}, {"run_key": "run-c", "trials": 2}]
+    as_json = cli(url, "sql", "--format", "json", sql)
+    assert json.loads(as_json.stdout) == expected
+    as_jsonl = cli(url, "sql", "--format", "jsonl", sql)
+    assert [json.loads(line) for line in as_jsonl.stdout.splitlines()] == expected
+    as_csv = cli(url, "sql", "--format", "csv", sql)
+    assert list(csv.DictReader(io.StringIO(as_csv.stdout))) == [
+        {k: str(v) for k, v in row.items()} for row in expected]
+    table = cli(url, "sql", sql)
+    assert table.returncode == 0 and "run-b" in table.stdout
+    empty = cli(url, "sql", "--format", "json", "SELECT run_key FROM runs WHERE 1 = 0")
+    assert json.loads(empty.stdout) == []
+
+
+def test_table_output_prints_text_not_markup(url):
+    table = cli(url, "sql", "SELECT '[bold]x[/bold] arr[i]' AS t")
+    assert table.returncode == 0 and "[bold]x[/bold] arr[i]" in table.stdout
+
+
+def test_usage_and_database_errors(url):
+    assert cli(url, "sql", "--format", "xml", "SELECT 1").returncode == 2
+    bad = cli(url, "sql", "SELEC 1")
+    assert bad.returncode == 1 and bad.stderr.startswith("Error: database error:")
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_library_read_path(url, engine):
+    result = run_readonly(url, "SELECT trial_name FROM trials ORDER BY trial_name", max_rows=3)
+    assert result.columns == ["trial_name"] and len(result.rows) == 3 and result.truncated
+    with pytest.raises(WarehouseError, match="read-only"):
+        run_readonly(url, "DELETE FROM trials")
+    with pytest.raises(WarehouseError, match="no SQL statement"):
+        run_readonly(url, "  -- nothing\n ; ")
+    assert trial_count(engine) == TRIALS
+
+
+def test_statement_splitting():
+    assert split_statements("SELECT 1;") == ["SELECT 1"]
+    assert split_statements("SELECT ';' AS x -- ; \n /* ; */") == ["SELECT ';' AS x -- ; \n /* ; */"]
+    assert len(split_statements('SELECT "a;b" FROM t; SELECT 2')) == 2
+    assert split_statements("SELECT $$ ; $$, $tag$ ; $tag$") == ["SELECT $$ ; $$, $tag$ ; $tag$"]
+    assert split_statements("SELECT E'it\\'s; fine'") == ["SELECT E'it\\'s; fine'"]
+    assert split_statements("SELECT 'it''s; fine'") == ["SELECT 'it''s; fine'"]
+    assert split_statements(" ; ;\n") == []
