@@ -230,6 +230,8 @@ def main() -> None:
     results.append(("SQLite size, tb all-episodes", f"{size / 1e6:.1f} MB", f"distinct text {distinct / 1e6:.1f} MB",
                     f"{size / distinct:.2f}× distinct text"))
 
+    results.extend(search_results(data["tb-all"], work, args.repeat))
+
     # Five times the math export in four shards: whole-process ingest, re-ingest, peak RSS.
     db = work / "math-x5.db"
     for suffix in ("", "-wal", "-shm"):
@@ -249,6 +251,39 @@ def main() -> None:
 
     results.extend(query_results(db, data["math-x5"], args.repeat))
     report(results, info, args)
+
+
+def search_results(dataset: Path, work: Path, repeat: int) -> list[tuple[str, str, str, str]]:
+    """What the optional trigram index costs in size and gains in search speed (SQLite)."""
+    from bench.queries import _median_ms
+    from warehouse.db.engine import make_engine, resolve_url
+    from warehouse.search import build_index, search
+
+    from ingest.pipeline import ingest
+
+    db = work / "search.db"
+    engine = _fresh_sqlite(db)
+    ingest(engine, [str(dataset)])
+    with engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = db.stat().st_size
+    url = resolve_url(str(db))
+    needles = ["error: no such file", "Traceback", "pytest"]
+    scan = _median_ms(lambda: [search(url, n, limit=20) for n in needles], repeat)
+    t0 = time.perf_counter()
+    build_index(engine)
+    build_s = time.perf_counter() - t0
+    with engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    after = db.stat().st_size
+    indexed = _median_ms(lambda: [search(url, n, limit=20) for n in needles], repeat)
+    engine.dispose()
+    return [
+        ("search index size, tb all-episodes (SQLite)", f"{(after - before) / 1e6:.1f} MB",
+         f"database without it {before / 1e6:.1f} MB", f"+{(after - before) / before:.0%}, built in {build_s:.1f} s"),
+        ("search, 3 needles, tb all-episodes (SQLite)", f"{indexed:.1f} ms with index",
+         f"scan {scan:.1f} ms", f"{scan / indexed:.1f}× faster with the index"),
+    ]
 
 
 def query_results(db: Path, dataset: Path, repeat: int) -> list[tuple[str, str, str, str]]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -50,11 +52,18 @@ class ShardInfo:
 def open_shard(path: Path) -> tuple[pq.ParquetFile, ShardInfo]:
     """Open a shard and check its schema before any row is read."""
     try:
+        if path.stat().st_size == 0:
+            # A download or copy that never happened, not a dataset with no rows (a valid
+            # zero-row shard has a footer and loads as a unit of 0 rows).
+            raise ShardError(f"{path}: empty file (0 bytes), not a Parquet file")
         # pre_buffer would read every row group of the file ahead: memory must not scale with it.
         pf = pq.ParquetFile(path, pre_buffer=False)
     except (pa.ArrowException, OSError) as exc:
         raise ShardError(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
     schema = pf.schema_arrow
+    repeated = [name for name, n in Counter(schema.names).items() if n > 1]
+    if repeated:  # schema.field(name) cannot tell them apart
+        raise ShardError(f"{path}: column '{repeated[0]}' appears {schema.names.count(repeated[0])} times")
     for name in REQUIRED:
         if name not in schema.names:
             raise ShardError(f"{path}: missing required column '{name}'")
@@ -81,13 +90,30 @@ def read_rows(pf: pq.ParquetFile, path: Path, run_name: str, run_override: str |
     try:
         for batch in pf.iter_batches(batch_size=batch_rows):
             names = batch.schema.names
-            conversations = decode_conversations(batch.column(names.index("conversations")))
-            columns = {name: batch.column(i).to_pylist() for i, name in enumerate(names) if name != "conversations"}
+            # Rows whose text is not valid UTF-8 (Arrow does not check what it reads): the row
+            # is rejected naming the column, not the whole shard.
+            bad_text: dict[int, str] = {}
+            conv_column = batch.column(names.index("conversations"))
+            try:
+                conversations = decode_conversations(conv_column)
+            except UnicodeDecodeError:
+                conversations = _values_row_by_row(conv_column, "conversations", bad_text)
+                conversations = [c if i in bad_text else _conversation_or_reason(c)
+                                 for i, c in enumerate(conversations)]
+            columns = {}
+            for i, name in enumerate(names):
+                if name != "conversations":
+                    try:
+                        columns[name] = batch.column(i).to_pylist()
+                    except UnicodeDecodeError:
+                        columns[name] = _values_row_by_row(batch.column(i), name, bad_text)
             trials: list[Trial] = []
             rejected: list[Rejected] = []
             for i in range(batch.num_rows):
                 row = {name: values[i] for name, values in columns.items()}
                 try:
+                    if bad_text and i in bad_text:
+                        raise RowError(bad_text[i])
                     trials.append(map_row(row, conversations[i], row_number, run_name, run_override))
                 except RowError as exc:
                     rejected.append(Rejected(f"{path} row {row_number}", str(exc)))
@@ -95,6 +121,19 @@ def read_rows(pf: pq.ParquetFile, path: Path, run_name: str, run_override: str |
             yield trials, rejected, batch.nbytes
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise ShardError(f"{path}: unreadable at row {row_number} ({_first_line(exc)})") from None
+
+
+def _values_row_by_row(column: pa.Array, name: str, bad_text: dict[int, str]) -> list[Any]:
+    """column.to_pylist() one value at a time, recording in bad_text the rows whose text does
+    not decode (their value is None here)."""
+    values = []
+    for i in range(len(column)):
+        try:
+            values.append(column[i].as_py())
+        except UnicodeDecodeError as exc:
+            bad_text.setdefault(i, f"column '{name}' is not valid UTF-8 ({exc.reason}, byte 0x{exc.object[exc.start]:02x})")
+            values.append(None)
+    return values
 
 
 def map_row(row: dict[str, Any], turns: list[Turn] | str, row_number: int, run_name: str,
@@ -121,6 +160,8 @@ def map_row(row: dict[str, Any], turns: list[Turn] | str, row_number: int, run_n
     trace_source = row.get(TRACE_SOURCE)
     if trace_source is not None and not isinstance(trace_source, str):
         raise RowError(f"trace_source is {type(trace_source).__name__}, expected a string")
+    if TRACE_SOURCE in row and not trace_source:
+        extra[TRACE_SOURCE] = trace_source  # null or "": keyed as "main", exported as it was
 
     result = row.get("result")
     reward, exception_type = parse_result(result)
@@ -221,9 +262,11 @@ def parse_timestamp(raw: str | None) -> datetime | None:
         return None
     try:
         value = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
+        # In UTC here, as stored: a value that has no UTC form (year 1 with a positive
+        # offset) is left unparsed (date_raw keeps it) rather than failing its shard.
+        return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    except (ValueError, OverflowError):
         return None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def to_json_value(value: Any) -> Any:
@@ -239,7 +282,13 @@ def to_json_value(value: Any) -> Any:
         return {k: to_json_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_json_value(v) for v in value]
-    return value
+    if isinstance(value, float) and not math.isfinite(value):
+        # JSON has no NaN or infinities and PostgreSQL's jsonb refuses them: kept as "nan",
+        # "inf", "-inf", which the column's float type in the Arrow schema turns back.
+        return str(value)
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    return str(value)  # time of day, durations: their text (the Arrow schema has the type)
 
 
 def _is_string(t: pa.DataType) -> bool:

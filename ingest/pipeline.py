@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from ingest import trace_pipeline, writer
 from ingest.prefetch import prefetch
-from ingest.report import Progress, Summary, fail, relative_unit
+from ingest.report import Progress, Summary, database_error_message, fail, is_database_error, relative_unit
 from ingest.sources import Source, resolve
 from warehouse.errors import WarehouseError
 
@@ -63,7 +63,11 @@ def _ingest_parquet(engine, source: Source, run, keep_going, summary: Summary, p
     source_id = writer.ensure_source(engine, source.kind, source.uri, source.name, source.revision, source.card)
     run_key = run or source.name
     for shard in source.shards:
-        content_hash = file_hash(shard)
+        try:
+            content_hash = file_hash(shard)
+        except OSError as exc:  # unreadable, or gone since the folder was listed
+            fail(summary, f"{shard}: cannot read: {exc.strerror or exc}", warn)
+            continue
         if writer.is_loaded(engine, source_id, content_hash):
             summary.units_skipped += 1
             continue
@@ -88,6 +92,10 @@ def _ingest_parquet(engine, source: Source, run, keep_going, summary: Summary, p
             fail(summary, str(exc), warn)
         except UnicodeError as exc:
             fail(summary, f"{shard}: text that is not valid UTF-8 ({exc.reason})", warn)
+        except Exception as exc:
+            if not is_database_error(exc):
+                raise
+            fail(summary, database_error_message(shard, exc), warn)
         finally:
             progress.finish()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,25 @@ def fail(summary: Summary, message: str, warn: Callable[[str], None]) -> None:
     summary.units_failed += 1
     summary.errors.append(message)
     warn(message)
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """An error the database raised while a unit was written: SQLAlchemy's, or the driver's own
+    from the bulk writer's raw cursors (a value a column cannot hold, a lock timeout). The unit's
+    transaction is rolled back; the caller reports it in one line and goes on with the others.
+    psycopg is looked up, not imported: a SQLite ingest never loads it."""
+    import sqlite3
+
+    from sqlalchemy.exc import DBAPIError
+
+    psycopg = sys.modules.get("psycopg")
+    return isinstance(exc, (DBAPIError, sqlite3.Error)) or (psycopg is not None and isinstance(exc, psycopg.Error))
+
+
+def database_error_message(where: object, exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    return f"{where}: the database refused it ({first})"
 
 
 def relative_unit(path: Path, root: Path) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ingest import traces, writer
-from ingest.report import Progress, Summary, fail, relative_unit
+from ingest.report import Progress, Summary, database_error_message, fail, is_database_error, relative_unit
 from ingest.sources import Source
 
 
@@ -54,3 +54,7 @@ def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit
         fail(summary, str(exc), warn)
     except OSError as exc:
         fail(summary, f"{unit.path}: {exc.strerror or exc}", warn)
+    except Exception as exc:
+        if not is_database_error(exc):
+            raise
+        fail(summary, database_error_message(unit.path, exc), warn)

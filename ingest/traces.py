@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import stat
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -107,19 +108,66 @@ def _json_error(path: Path, exc: json.JSONDecodeError, note: str = "") -> TraceE
     return TraceError(path, f"malformed JSON at line {exc.lineno} column {exc.colno}{note}: {exc.msg}")
 
 
+def _non_finite(name: str) -> str:
+    """NaN, Infinity and -Infinity (which Python's json.dumps writes) are kept as those words:
+    JSON has no such numbers, and PostgreSQL's jsonb refuses them."""
+    return name
+
+
 def _top_level_error(value: Any) -> str:
     return f"top level: expected a JSON object, got {type(value).__name__}"
 
 
-def _load_json(path: Path) -> Any:
-    """Parse a JSON file strictly (UTF-8, no sanitising: "\\ud800" stays a lone surrogate)."""
+def _read_bytes(path: Path) -> bytes:
+    """A regular file's bytes. Anything else under the name (a directory, a FIFO, a socket) is
+    refused: reading a FIFO would block the ingest forever. O_NONBLOCK makes opening a FIFO
+    return at once; it changes nothing for a regular file."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise TraceError(path, f"cannot read: not a regular file ({_file_kind(mode)})")
+        try:
+            return fh.read()
+        except OSError as exc:
+            raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device or special file"
+
+
+def _is_present(path: Path) -> bool:
+    """True for a regular file (or a link to one), False when nothing has the name. Anything
+    else under a name the reader needs (a directory, FIFO, socket, symlink loop or dangling
+    link) raises TraceError: the trial fails naming the file instead of loading without it."""
+    if path.is_file():
+        return True
+    if not os.path.lexists(path):
+        return False
+    try:
+        reason = f"not a regular file ({_file_kind(path.stat().st_mode)})"
+    except OSError as exc:
+        reason = "symbolic link loop" if exc.errno == errno.ELOOP else (
+            "dangling symbolic link" if exc.errno == errno.ENOENT else exc.strerror or str(exc))
+    raise TraceError(path, f"cannot read: {reason}")
+
+
+def _load_json(path: Path) -> Any:
+    """Parse a JSON file strictly (UTF-8, no sanitising: "\\ud800" stays a lone surrogate)."""
+    data = _read_bytes(path)
     text = _decode_utf8(path, data)
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_non_finite)
     except json.JSONDecodeError as exc:
         raise _json_error(path, exc) from None
     except RecursionError:
@@ -128,10 +176,7 @@ def _load_json(path: Path) -> Any:
 
 def _read_text(path: Path) -> str:
     """A text file as Harbor's exporter reads it: UTF-8 with errors="replace"."""
-    try:
-        return path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    return _read_bytes(path).decode("utf-8", errors="replace")
 
 
 class _LRU:
@@ -383,7 +428,7 @@ def load_result_json(path: Path) -> tuple[Any, dict[str, dict[str, int]]]:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
     text = _decode_utf8(path, data)
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_non_finite)
     except json.JSONDecodeError as exc:
         note = " (counted with the large fields removed)" if filt.dropped else ""
         raise _json_error(path, exc, note) from None
@@ -838,7 +883,10 @@ def _parse_ts(raw: Any) -> tuple[datetime | None, bool]:
         return None, False
     if dt.tzinfo is None:
         return dt.replace(tzinfo=timezone.utc), True
-    return dt.astimezone(timezone.utc), False
+    try:
+        return dt.astimezone(timezone.utc), False
+    except OverflowError:  # e.g. year 1 with a positive offset: before datetime.min in UTC
+        return None, False
 
 
 def _to_float(value: Any) -> float | None:
@@ -1105,7 +1153,7 @@ def _read_chain(base: _Base, notes: dict[str, list[Any]]) -> list[TrajectoryFile
     """agent/trajectory.json and its continued_trajectory_ref chain (relative to agent/)."""
     agent_dir = base.path / "agent"
     main = agent_dir / "trajectory.json"
-    if not main.is_file():
+    if not _is_present(main):
         return []
     files = [_load_trajectory(main, f"{base.rel}agent/trajectory.json")]
     seen = {"trajectory.json"}
@@ -1254,6 +1302,38 @@ def _type_warning(field_name: str, expected: str, value: Any) -> str:
     return f"result.json field '{field_name}': expected {expected}, got {type(value).__name__}"
 
 
+# The trials table's token columns are 32-bit integers on PostgreSQL.
+_INT_MAX = 2**31 - 1
+
+
+def _text_field(field_name: str, value: Any, warnings: list[str]) -> str | None:
+    """A value bound for a text column: a string or None. Any other JSON type is noted and left
+    out; stored as is, it would make the database refuse the whole trial."""
+    if value is None or isinstance(value, str):
+        return value
+    warnings.append(_type_warning(field_name, "a string", value))
+    return None
+
+
+def _float_field(field_name: str, value: Any, warnings: list[str]) -> float | None:
+    """A value bound for a float column (cost): an integer too big for a float is noted."""
+    try:
+        return None if value is None else float(value)
+    except OverflowError:
+        warnings.append(f"result.json field '{field_name}': a number too large: {value!r}")
+        return None
+
+
+def _int_field(field_name: str, value: Any, warnings: list[str]) -> int | None:
+    """A value bound for an integer column (token counts): whole numbers only, within range."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if value is None or (isinstance(value, int) and -_INT_MAX - 1 <= value <= _INT_MAX):
+        return value
+    warnings.append(f"result.json field '{field_name}': expected an integer within ±2^31, got {value!r}")
+    return None
+
+
 def _bases(d: Path, step_results: list[dict[str, Any]], detail: dict[str, Any]) -> list[_Base]:
     """[the trial] for a single-step trial; else each step in step_results order, then any other
     steps/<name>/ folder by name."""
@@ -1327,7 +1407,7 @@ def read_trial(unit: TraceUnit, run_key: str) -> Trial:
 
     # ---- result.json / config.json ----
     result_path = d / "result.json"
-    complete = result_path.is_file()
+    complete = _is_present(result_path)
     result: dict[str, Any] = {}
     dropped: dict[str, dict[str, int]] = {}
     if complete:
@@ -1335,7 +1415,7 @@ def read_trial(unit: TraceUnit, run_key: str) -> Trial:
         result = _check_trial_result(result_path, raw)
     config_path = d / "config.json"
     config_file: dict[str, Any] | None = None
-    if config_path.is_file():
+    if _is_present(config_path):
         config_file = _load_json(config_path)
         if not isinstance(config_file, dict):
             raise TraceError(config_path, _top_level_error(config_file))
@@ -1472,8 +1552,9 @@ def read_trial(unit: TraceUnit, run_key: str) -> Trial:
     detail["multi_step"] = multi_step
 
     # ---- model naming, as the Hub `model` / `model_provider` columns ----
-    model = collector.trajectory_model or model_info.get("name") or agent_cfg.get("model_name") or None
-    model_provider = model_info.get("provider") or None
+    model = _text_field("agent_info.model_info.name", collector.trajectory_model or model_info.get("name")
+                        or agent_cfg.get("model_name") or None, warnings)
+    model_provider = _text_field("agent_info.model_info.provider", model_info.get("provider") or None, warnings)
     fallbacks = {}
     if model is None:
         fallbacks["model"] = "unknown-model"
@@ -1481,6 +1562,18 @@ def read_trial(unit: TraceUnit, run_key: str) -> Trial:
         fallbacks["model_provider"] = "unknown-provider"
     if fallbacks:
         detail["hub_fallbacks"] = fallbacks  # what Harbor writes in a Hub row instead of null
+
+    # ---- columns: wrong JSON types are noted in field_warnings, never stored ----
+    agent = _text_field("agent_info.name", agent_info.get("name") or agent_cfg.get("name") or None, warnings)
+    agent_version = _text_field("agent_info.version", agent_info.get("version"), warnings)
+    exception_type = _text_field("exception_info.exception_type", exception.get("type") if exception else None,
+                                 warnings)
+    exception_message = _text_field("exception_info.exception_message",
+                                    exception.get("message") if exception else None, warnings)
+    task_checksum = _text_field("task_checksum", result.get("task_checksum"), warnings)
+    token_counts = {k: _int_field(f"agent_result.{k}", tokens.get(k), warnings)
+                    for k in ("n_input_tokens", "n_cache_tokens", "n_output_tokens")}
+    cost_usd = _float_field("agent_result.cost_usd", tokens.get("cost_usd"), warnings)
 
     # ---- the rest of detail ----
     if result.get("id") is not None:
@@ -1508,25 +1601,25 @@ def read_trial(unit: TraceUnit, run_key: str) -> Trial:
         trial_name=trial_name,
         task_name=str(task_name) if task_name is not None else None,
         status="complete" if complete else "incomplete",
-        agent=agent_info.get("name") or agent_cfg.get("name") or None,
-        agent_version=agent_info.get("version"),
+        agent=agent,
+        agent_version=agent_version,
         model=model,
         model_provider=model_provider,
         result=result_str,
         reward=primary_reward(rewards),
         rewards=rewards,
-        exception_type=exception.get("type") if exception else None,
-        exception_message=exception.get("message") if exception else None,
+        exception_type=exception_type,
+        exception_message=exception_message,
         started_at=started_at,
         finished_at=finished_at,
         date_raw=started_raw if isinstance(started_raw, str) else None,
-        n_input_tokens=tokens.get("n_input_tokens"),
-        n_cache_tokens=tokens.get("n_cache_tokens"),
-        n_output_tokens=tokens.get("n_output_tokens"),
-        cost_usd=tokens.get("cost_usd"),
+        n_input_tokens=token_counts["n_input_tokens"],
+        n_cache_tokens=token_counts["n_cache_tokens"],
+        n_output_tokens=token_counts["n_output_tokens"],
+        cost_usd=cost_usd,
         verifier_output=verifier_output,
         instruction=instruction,
-        task_checksum=result.get("task_checksum"),
+        task_checksum=task_checksum,
         source_run_id=str(job_id) if job_id else None,
         detail=detail,
         episodes=episodes,

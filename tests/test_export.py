@@ -109,7 +109,7 @@ def _corner_rows() -> list[dict]:
         hub_row("pad__ddddddd", 8, [("user", "padded"), ("assistant", "more")], episode="episode-0008",
                 trace_source="summarization-1-summary"),
         hub_row("nulls__eeeeeee", 0, [("user", "x")], agent=None, model=None, model_provider=None, date=None,
-                task=None, run_id=None, result=None, verifier_output=None, instruction=None),
+                task=None, run_id=None, result=None, verifier_output=None, instruction=None, trace_source=None),
         hub_row("rl__fffffff", 3, [("user", "rollout"), ("assistant", "done")], run_id="rl__fffffff"),
     ]
     rows[0]["conversations"].append({"role": "assistant", "content": None})  # a null content
