@@ -1302,8 +1302,8 @@ def _type_warning(field_name: str, expected: str, value: Any) -> str:
     return f"result.json field '{field_name}': expected {expected}, got {type(value).__name__}"
 
 
-# The trials table's token columns are 32-bit integers on PostgreSQL.
-_INT_MAX = 2**31 - 1
+# The trials table's token columns are 64-bit integers (BIGINT on PostgreSQL).
+_INT_MAX = 2**63 - 1
 
 
 def _text_field(field_name: str, value: Any, warnings: list[str]) -> str | None:

@@ -17,6 +17,7 @@ from sqlalchemy import text
 from helpers import conversation_of, counts, hub_row, write_shard
 from ingest.generate import generate_dataset
 from ingest.pipeline import ingest
+from warehouse.db import schema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
 UUID = "6a29732a-0000-4000-8000-000000000001"
@@ -314,4 +315,4 @@ def test_cli_creates_a_new_sqlite_warehouse(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "warehouse.db").exists()
     current = _cli("db", "current", cwd=tmp_path)
-    assert current.stdout.strip() == "0001"
+    assert current.stdout.strip() == schema.HEAD_REVISION

@@ -89,6 +89,17 @@ def test_result_arriving_later_completes_the_trial(engine, tmp_path):
         ("complete", 0.0)]
 
 
+def test_token_counts_past_32_bits_are_kept(engine, tmp_path):
+    root = _jobs(tmp_path)
+    result_path = root / "pinchbench-147-kimi2.6" / "task-calendar__8A83BnJ" / "result.json"
+    result = json.loads(result_path.read_text())
+    result["agent_result"]["n_cache_tokens"] = 5_000_000_000  # an RL sweep's long rollout
+    result_path.write_text(json.dumps(result))
+    assert ingest(engine, [str(root)]).errors == []
+    assert _rows(engine, "SELECT n_cache_tokens FROM trials WHERE trial_name = 'task-calendar__8A83BnJ'") == [
+        (5_000_000_000,)]
+
+
 def test_unsupported_layout_is_reported_and_the_rest_ingests(engine, tmp_path):
     root = _jobs(tmp_path)
     tb1 = root / "tb1-run" / "hello-world" / "hello-world.1-of-1"

@@ -4,6 +4,8 @@ which backend it is talking to."""
 from __future__ import annotations
 
 import os
+import sqlite3
+import time
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -78,7 +80,7 @@ def _sqlite_engine(url: URL, for_migrations: bool) -> Engine:
         cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         # WAL lets readers work while an ingest writes; NORMAL is durable across application
         # crashes (the only kind the ledger must survive) and much faster than FULL.
-        cur.execute("PRAGMA journal_mode = WAL")
+        _switch_to_wal(cur)
         cur.execute("PRAGMA synchronous = NORMAL")
         # Batch migrations rebuild tables; with enforcement on, a rebuild would cascade.
         cur.execute(f"PRAGMA foreign_keys = {'OFF' if for_migrations else 'ON'}")
@@ -92,3 +94,20 @@ def _sqlite_engine(url: URL, for_migrations: bool) -> Engine:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+def _switch_to_wal(cur) -> None:
+    """`PRAGMA journal_mode = WAL`, waiting while another process holds the file.
+
+    SQLite answers "database is locked" to this pragma at once, without busy_timeout's wait,
+    while another process is creating the file or switching it to WAL (two ingests started
+    together on a new warehouse); so the wait is done here, up to the same timeout."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

@@ -149,9 +149,9 @@ class Trial(Base):
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     date_raw: Mapped[str | None]
-    n_input_tokens: Mapped[int | None]
-    n_cache_tokens: Mapped[int | None]
-    n_output_tokens: Mapped[int | None]
+    n_input_tokens: Mapped[int | None] = mapped_column(Id)
+    n_cache_tokens: Mapped[int | None] = mapped_column(Id)
+    n_output_tokens: Mapped[int | None] = mapped_column(Id)
     cost_usd: Mapped[float | None]
     verifier_output: Mapped[str | None]
     instruction_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"))

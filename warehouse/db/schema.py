@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, inspect, text
@@ -26,7 +24,7 @@ MIGRATION_LOCK = 0x77686462  # "whdb"; distinct from the ingest write lock (inge
 # The newest revision in migrations/versions. Every command checks the database against it, so
 # it is a constant rather than read from the scripts: importing Alembic costs a tenth of a
 # second that a re-ingest or a query should not pay. test_migrations keeps it honest.
-HEAD_REVISION = "0001"
+HEAD_REVISION = "0002"
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -100,28 +98,6 @@ def _upgrade_if_still_empty(cfg: Config) -> None:
     command.upgrade(cfg, "head")
 
 
-# How long a new SQLite connection may be refused while another process creates the file.
-SQLITE_OPEN_RETRY_SECONDS = 60.0
-
-
-def _retry_while_locked(engine: Engine, fn, *args):
-    """fn(*args), retried while SQLite answers "database is locked" to a new connection.
-
-    The connect hook's `PRAGMA journal_mode = WAL` gets that answer at once, without waiting
-    for busy_timeout, while another process is creating the file or switching it to WAL: two
-    ingests started together on a new file. This is the first connection a command makes (the
-    engine's pool keeps it), and the migration's own connection."""
-    deadline = time.monotonic() + SQLITE_OPEN_RETRY_SECONDS
-    while True:
-        try:
-            return fn(*args)
-        except OperationalError as exc:
-            if (engine.dialect.name != "sqlite" or "database is locked" not in str(exc.orig)
-                    or time.monotonic() > deadline):
-                raise
-            time.sleep(0.05)
-
-
 def ensure_current(engine: Engine, *, create: bool = False) -> None:
     """Refuse a stale, newer or foreign schema with one line naming the fix.
 
@@ -129,10 +105,10 @@ def ensure_current(engine: Engine, *, create: bool = False) -> None:
     without it, it is refused with the command that creates it. Concurrent creators are safe:
     the creation is serialized and re-checked under the migration lock."""
     head = head_revision()
-    current = _retry_while_locked(engine, current_revision, engine)
+    current = current_revision(engine)
     where = redact(engine.url)
     if current is None and create and is_empty(engine):
-        _retry_while_locked(engine, _run, engine, _upgrade_if_still_empty)
+        _run(engine, _upgrade_if_still_empty)
         current = current_revision(engine)
     if current == head:
         return
