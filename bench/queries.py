@@ -58,7 +58,7 @@ DUCKDB = {
 }
 
 
-def _median_ms(fn, repeat: int) -> float:
+def median_ms(fn, repeat: int) -> float:
     fn()  # warm-up
     times = []
     for _ in range(max(repeat, 5)):
@@ -86,10 +86,10 @@ def compare(db: Path, dataset: Path, repeat: int) -> list[tuple[str, str, str, s
     duck.execute(view)
     results = []
     for name, query in catalog.QUERIES.items():
-        ours = _median_ms(lambda: run_canned(url, query, params.get(name, {})), repeat)
+        ours = median_ms(lambda: run_canned(url, query, params.get(name, {})), repeat)
         sql = DUCKDB[name]
         duck_params = {"a": a, "b": b} if name == "compare" else None
-        theirs = _median_ms(lambda: duck.execute(sql, duck_params).fetchall(), repeat)
+        theirs = median_ms(lambda: duck.execute(sql, duck_params).fetchall(), repeat)
         results.append((f"query {name} (SQLite, math×5)", f"{ours:.1f} ms", f"DuckDB on Parquet {theirs:.1f} ms",
                         f"{theirs / ours:.2f}× DuckDB's time"))
     return results

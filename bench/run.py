@@ -255,11 +255,10 @@ def main() -> None:
 
 def search_results(dataset: Path, work: Path, repeat: int) -> list[tuple[str, str, str, str]]:
     """What the optional trigram index costs in size and gains in search speed (SQLite)."""
-    from bench.queries import _median_ms
-    from warehouse.db.engine import make_engine, resolve_url
-    from warehouse.search import build_index, search
-
+    from bench.queries import median_ms
     from ingest.pipeline import ingest
+    from warehouse.db.engine import resolve_url
+    from warehouse.search import build_index, search
 
     db = work / "search.db"
     engine = _fresh_sqlite(db)
@@ -269,14 +268,14 @@ def search_results(dataset: Path, work: Path, repeat: int) -> list[tuple[str, st
     before = db.stat().st_size
     url = resolve_url(str(db))
     needles = ["error: no such file", "Traceback", "pytest"]
-    scan = _median_ms(lambda: [search(url, n, limit=20) for n in needles], repeat)
+    scan = median_ms(lambda: [search(url, n, limit=20) for n in needles], repeat)
     t0 = time.perf_counter()
     build_index(engine)
     build_s = time.perf_counter() - t0
     with engine.connect() as conn:
         conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
     after = db.stat().st_size
-    indexed = _median_ms(lambda: [search(url, n, limit=20) for n in needles], repeat)
+    indexed = median_ms(lambda: [search(url, n, limit=20) for n in needles], repeat)
     engine.dispose()
     return [
         ("search index size, tb all-episodes (SQLite)", f"{(after - before) / 1e6:.1f} MB",
