@@ -4,6 +4,7 @@ exact text, on both backends."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -316,3 +317,34 @@ def test_cli_creates_a_new_sqlite_warehouse(tmp_path):
     assert (tmp_path / "warehouse.db").exists()
     current = _cli("db", "current", cwd=tmp_path)
     assert current.stdout.strip() == schema.HEAD_REVISION
+
+
+def test_hub_id_offline_is_one_clear_error(db_url, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    result = subprocess.run([sys.executable, "-m", "warehouse", "--db", db_url, "ingest", "no-such-org/no-such-dataset"],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: no-such-org/no-such-dataset: cannot fetch the dataset from the Hub")
+    assert "Traceback" not in result.stderr
+
+
+def test_hub_id_resolves_from_the_local_cache_offline(db_url, tmp_path):
+    """A dataset already in huggingface_hub's cache is read from there with HF_HUB_OFFLINE=1:
+    the real cache layout (refs/main naming the snapshot), no network, no stand-in."""
+    repo = tmp_path / "hub-cache" / "datasets--org--cached"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123abcd" * 5)
+    write_shard(repo / "snapshots" / ("0123abcd" * 5) / "data" / "train-00000-of-00001.parquet",
+                [hub_row("t__abcdefg", 0, [("user", "from the cache")], run_id=None)])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub-cache")}
+    result = subprocess.run([sys.executable, "-m", "warehouse", "--db", db_url, "ingest", "org/cached"],
+                            capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "1 new" in result.stderr
+    from warehouse.db.engine import make_engine, resolve_url
+
+    engine = make_engine(resolve_url(db_url))
+    assert _scalar(engine, "SELECT run_key FROM runs") == "org/cached"
+    assert _scalar(engine, "SELECT kind || ' ' || uri || ' ' || revision FROM sources") == (
+        "hub org/cached " + "0123abcd" * 5)
+    engine.dispose()
