@@ -50,7 +50,7 @@ DUCKDB = {
     "lengths": """
         WITH per AS (
             SELECT run_id, len(conversations) AS turns,
-                   list_sum(list_transform(conversations, m -> length(m.content))) AS chars
+                   list_sum(list_transform(conversations, lambda m: length(m.content))) AS chars
             FROM rows)
         SELECT run_id, median(turns), quantile_cont(turns, 0.9), max(turns),
                median(chars), quantile_cont(chars, 0.9), max(chars)
@@ -91,5 +91,5 @@ def compare(db: Path, dataset: Path, repeat: int) -> list[tuple[str, str, str, s
         duck_params = {"a": a, "b": b} if name == "compare" else None
         theirs = median_ms(lambda: duck.execute(sql, duck_params).fetchall(), repeat)
         results.append((f"query {name} (SQLite, math×5)", f"{ours:.1f} ms", f"DuckDB on Parquet {theirs:.1f} ms",
-                        f"{theirs / ours:.2f}× DuckDB's time"))
+                        f"{ours / theirs:.2f}× DuckDB's time"))
     return results

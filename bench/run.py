@@ -196,7 +196,7 @@ def main() -> None:
     print("generating datasets …", file=sys.stderr)
     info = generate(out)
     data = {name: out / "data" / name for name in DATASETS}
-    results: list[tuple[str, str, str, str]] = []  # (measurement, median, baseline, ratio)
+    results = _Results()  # (measurement, median, baseline, ratio), echoed to stderr as they come
 
     def measure(method: str, dataset: str) -> list[dict]:
         runs = []
@@ -251,6 +251,16 @@ def main() -> None:
 
     results.extend(query_results(db, data["math-x5"], args.repeat))
     report(results, info, args)
+
+
+class _Results(list):
+    def append(self, row) -> None:
+        print("  => " + " | ".join(row), file=sys.stderr)
+        super().append(row)
+
+    def extend(self, rows) -> None:
+        for row in rows:
+            self.append(row)
 
 
 def search_results(dataset: Path, work: Path, repeat: int) -> list[tuple[str, str, str, str]]:

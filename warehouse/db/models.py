@@ -13,7 +13,6 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
-    String,
     Text,
     UniqueConstraint,
     func,
@@ -129,6 +128,10 @@ class Trial(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "trial_name"),
         Index(None, "task_id"),
+        # Covers the cross-run queries (grouped by run and task, outcome columns only), so
+        # they never read the wide rows. See migration 0003.
+        Index("ix_trials_outcomes", "run_id", "task_id", "reward", "exception_type", "status", "agent",
+              "model", "started_at"),
         Index(None, "instruction_id"),
     )
 
