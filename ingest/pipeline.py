@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from ingest import trace_pipeline, writer
 from ingest.prefetch import prefetch
-from ingest.report import Progress, Summary, database_error_message, fail, is_database_error, relative_unit
+from ingest.report import Progress, Summary, fail, one_unit, relative_unit
 from ingest.sources import Source, resolve
 from warehouse.errors import WarehouseError
 
@@ -71,33 +71,32 @@ def _ingest_parquet(engine, source: Source, run, keep_going, summary: Summary, p
         if writer.is_loaded(engine, source_id, content_hash):
             summary.units_skipped += 1
             continue
-        try:
-            pf, info = hub.open_shard(shard)
-            progress.start(shard.name, info.n_rows)
-            with writer.unit(engine, source_id, relative_unit(shard, source.root), content_hash,
-                             hub.schema_json(info.schema)) as unit:
-                for trials, rejected, nbytes in prefetch(hub.read_rows(pf, shard, source.name, run)):
-                    if rejected and not keep_going:
-                        first = rejected[0]
-                        raise hub.ShardError(f"{first.where}: {first.reason}")
-                    for r in rejected:
-                        unit.reject(r)
-                    unit.add_trials(trials, {run_key: run_key})
-                    summary.bytes_read += nbytes
-                    progress.advance(len(trials) + len(rejected), nbytes)
-            summary.add(unit.counts)
-        except writer.AlreadyLoaded:
-            summary.units_skipped += 1  # another ingest committed it meanwhile
-        except hub.ShardError as exc:
-            fail(summary, str(exc), warn)
-        except UnicodeError as exc:
-            fail(summary, f"{shard}: text that is not valid UTF-8 ({exc.reason})", warn)
-        except Exception as exc:
-            if not is_database_error(exc):
-                raise
-            fail(summary, database_error_message(shard, exc), warn)
-        finally:
-            progress.finish()
+        with one_unit(summary, warn, shard, lambda exc: _shard_error(hub, shard, exc)):
+            try:
+                pf, info = hub.open_shard(shard)
+                progress.start(shard.name, info.n_rows)
+                with writer.unit(engine, source_id, relative_unit(shard, source.root), content_hash,
+                                 hub.schema_json(info.schema)) as unit:
+                    for trials, rejected, nbytes in prefetch(hub.read_rows(pf, shard, source.name, run)):
+                        if rejected and not keep_going:
+                            first = rejected[0]
+                            raise hub.ShardError(f"{first.where}: {first.reason}")
+                        for r in rejected:
+                            unit.reject(r)
+                        unit.add_trials(trials, {run_key: run_key})
+                        summary.bytes_read += nbytes
+                        progress.advance(len(trials) + len(rejected), nbytes)
+                summary.add(unit.counts)
+            finally:
+                progress.finish()
+
+
+def _shard_error(hub, shard: Path, exc: Exception) -> str | None:
+    if isinstance(exc, hub.ShardError):
+        return str(exc)
+    if isinstance(exc, UnicodeError):
+        return f"{shard}: text that is not valid UTF-8 ({exc.reason})"
+    return None
 
 
 __all__ = ["ingest", "Summary", "Progress"]

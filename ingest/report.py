@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +85,25 @@ def database_error_message(where: object, exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
     first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     return f"{where}: the database refused it ({first})"
+
+
+@contextmanager
+def one_unit(summary: Summary, warn: Callable[[str], None], where: object,
+             describe: Callable[[Exception], str | None]) -> Iterator[None]:
+    """Around the loading of one unit: a unit another ingest committed first counts as skipped;
+    an error `describe` turns into a message (bad input) or a database error fails this unit
+    alone, in one line, and the ingest goes on; anything else is a bug and propagates."""
+    try:
+        yield
+    except writer.AlreadyLoaded:
+        summary.units_skipped += 1
+    except Exception as exc:
+        message = describe(exc)
+        if message is None and is_database_error(exc):
+            message = database_error_message(where, exc)
+        if message is None:
+            raise
+        fail(summary, message, warn)
 
 
 def relative_unit(path: Path, root: Path) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ingest import traces, writer
-from ingest.report import Progress, Summary, database_error_message, fail, is_database_error, relative_unit
+from ingest.report import Progress, Summary, fail, one_unit, relative_unit
 from ingest.sources import Source
 
 
@@ -29,7 +29,7 @@ def ingest_traces(engine, source: Source, run: str | None, summary: Summary, pro
 
 def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit, run, summary: Summary,
                   warn, jobs_seen: set[Path]) -> None:
-    try:
+    with one_unit(summary, warn, unit.path, lambda exc: _trial_error(unit, exc)):
         content_hash = traces.hash_trial_dir(unit.path)
         if writer.is_loaded(engine, source_id, content_hash):
             summary.units_skipped += 1
@@ -48,13 +48,11 @@ def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit
             jobs_seen.add(unit.job_dir)
         summary.add(w.counts)
         summary.trials_incomplete += trial.status == "incomplete"
-    except writer.AlreadyLoaded:
-        summary.units_skipped += 1
-    except traces.TraceError as exc:
-        fail(summary, str(exc), warn)
-    except OSError as exc:
-        fail(summary, f"{unit.path}: {exc.strerror or exc}", warn)
-    except Exception as exc:
-        if not is_database_error(exc):
-            raise
-        fail(summary, database_error_message(unit.path, exc), warn)
+
+
+def _trial_error(unit: traces.TraceUnit, exc: Exception) -> str | None:
+    if isinstance(exc, traces.TraceError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return f"{unit.path}: {exc.strerror or exc}"
+    return None
