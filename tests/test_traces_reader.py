@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import ingest.trace_files as trace_files
 import ingest.traces as traces
 from ingest.traces import (
     TraceError,
@@ -917,8 +918,8 @@ def test_result_filter_matches_json_module_across_chunk_boundaries(tmp_path, mon
     expected["step_results"][0]["agent_result"]["rollout_details"] = None
     expected["step_results"][0]["agent_result"]["metadata"]["all_messages"] = None
     for chunk in (1, 3, 17, 4096):
-        monkeypatch.setattr(traces, "_CHUNK", chunk)
-        traces._RESULT_CACHE.items.clear()
+        monkeypatch.setattr(trace_files, "CHUNK", chunk)
+        trace_files.RESULT_CACHE.items.clear()
         got, dropped = load_result_json(path)
         assert got == expected
         assert set(dropped) == {

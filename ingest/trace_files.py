@@ -1,0 +1,386 @@
+"""The files of a trace directory, read safely: bytes of regular files only (a FIFO would hang
+the ingest), text as strict UTF-8, JSON with one-line errors naming the file, small caches for
+files read twice, and a streaming filter that reads huge RL result.json files without loading
+their token ids and chat logs."""
+
+from __future__ import annotations
+
+import copy
+import errno
+import json
+import os
+import re
+import stat
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, BinaryIO
+
+CHUNK = 1024 * 1024
+
+
+class TraceError(Exception):
+    """A trace file that cannot be used. `str()` is one line: "<file>: <field/problem>"."""
+
+    def __init__(self, path: os.PathLike[str] | str, message: str) -> None:
+        self.path = Path(path)
+        self.message = " ".join(str(message).split())
+        super().__init__(f"{self.path}: {self.message}")
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+
+# --------------------------------------------------------------------------------------------
+# JSON and text files
+# --------------------------------------------------------------------------------------------
+
+
+def _decode_utf8(path: Path, data: bytes) -> str:
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = f"0x{data[exc.start]:02x}"
+        raise TraceError(path, f"not valid UTF-8 (byte {bad} at offset {exc.start})") from None
+
+
+def _json_error(path: Path, exc: json.JSONDecodeError, note: str = "") -> TraceError:
+    if not exc.doc.strip():
+        return TraceError(path, "empty file, expected JSON")
+    return TraceError(path, f"malformed JSON at line {exc.lineno} column {exc.colno}{note}: {exc.msg}")
+
+
+def _non_finite(name: str) -> str:
+    """NaN, Infinity and -Infinity (which Python's json.dumps writes) are kept as those words:
+    JSON has no such numbers, and PostgreSQL's jsonb refuses them."""
+    return name
+
+
+def top_level_error(value: Any) -> str:
+    return f"top level: expected a JSON object, got {type(value).__name__}"
+
+
+def _read_bytes(path: Path) -> bytes:
+    """A regular file's bytes. Anything else under the name (a directory, a FIFO, a socket) is
+    refused: reading a FIFO would block the ingest forever. O_NONBLOCK makes opening a FIFO
+    return at once; it changes nothing for a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise TraceError(path, f"cannot read: not a regular file ({_file_kind(mode)})")
+        try:
+            return fh.read()
+        except OSError as exc:
+            raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device or special file"
+
+
+def is_present(path: Path) -> bool:
+    """True for a regular file (or a link to one), False when nothing has the name. Anything
+    else under a name the reader needs (a directory, FIFO, socket, symlink loop or dangling
+    link) raises TraceError: the trial fails naming the file instead of loading without it."""
+    if path.is_file():
+        return True
+    if not os.path.lexists(path):
+        return False
+    try:
+        reason = f"not a regular file ({_file_kind(path.stat().st_mode)})"
+    except OSError as exc:
+        reason = "symbolic link loop" if exc.errno == errno.ELOOP else (
+            "dangling symbolic link" if exc.errno == errno.ENOENT else exc.strerror or str(exc))
+    raise TraceError(path, f"cannot read: {reason}")
+
+
+def load_json(path: Path) -> Any:
+    """Parse a JSON file strictly (UTF-8, no sanitising: "\\ud800" stays a lone surrogate)."""
+    data = _read_bytes(path)
+    text = _decode_utf8(path, data)
+    try:
+        return json.loads(text, parse_constant=_non_finite)
+    except json.JSONDecodeError as exc:
+        raise _json_error(path, exc) from None
+    except RecursionError:
+        raise TraceError(path, "JSON nested too deeply") from None
+
+
+def read_text(path: Path) -> str:
+    """A text file as Harbor's exporter reads it: UTF-8 with errors="replace"."""
+    return _read_bytes(path).decode("utf-8", errors="replace")
+
+
+class _LRU:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.items: OrderedDict[Any, Any] = OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key]
+        return None
+
+    def put(self, key: Any, value: Any) -> None:
+        self.items[key] = value
+        self.items.move_to_end(key)
+        while len(self.items) > self.size:
+            self.items.popitem(last=False)
+
+
+_SMALL_CACHE = _LRU(8)  # job-level result.json, read once per trial by the §4.5 lookup
+RESULT_CACHE = _LRU(4)  # filtered trial result.json (run_key_for, then read_trial)
+
+
+def _stat_key(path: Path) -> tuple[str, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (str(path), st.st_mtime_ns, st.st_size)
+
+
+def load_json_cached(path: Path) -> Any:
+    """`load_json` for a file read once per trial (a job result.json); callers must not
+    mutate the value."""
+    key = _stat_key(path)
+    if key is None:
+        return load_json(path)  # raises the right TraceError
+    hit = _SMALL_CACHE.get(key)
+    if hit is not None:
+        return hit[0]
+    value = load_json(path)
+    _SMALL_CACHE.put(key, (value,))
+    return value
+
+
+# ---- streaming result.json filter ----------------------------------------------------------
+#
+# SkyRL writes terminus-2's whole chat (`agent_result.metadata.all_messages`) and per-turn token
+# ids / logprobs (`agent_result.rollout_details`) into trial result.json files, which can reach
+# hundreds of MB. The stdlib json module cannot skip a subtree, so result.json is passed through a
+# byte-level scanner first: it copies the file except the values at the paths below, which it
+# replaces by `null` while recording their size, and the much smaller remainder is then parsed by
+# json.loads. Memory stays proportional to what is kept. The scanner only looks at the bytes
+# `"`, `\`, brackets and braces (UTF-8 continuation bytes never collide with them), jumping over
+# strings and numbers with compiled regular expressions, so it runs at C speed on token-id lists.
+# Skipped bytes are not validated (neither as JSON nor as UTF-8).
+
+_LARGE_FIELD_PATHS: frozenset[tuple[str, ...]] = frozenset(
+    prefix + tail
+    for prefix in (("agent_result",), ("step_results", "[]", "agent_result"))
+    for tail in (
+        ("rollout_details",),
+        ("metadata", "all_messages"),
+        # 2025-10-28 .. 2025-11-10: per-turn logprobs before rollout_details existed.
+        ("output_logprobs",),
+        # 2025-09 AgentResult (package `sandboxes`): token ids in the result itself.
+        ("input_token_ids",),
+        ("output_token_ids",),
+        ("output_token_mask",),
+    )
+)
+_MAX_PATH_DEPTH = max(len(p) for p in _LARGE_FIELD_PATHS)
+
+_TOKEN_RE = re.compile(rb'[\[\]{}"]')
+_STRING_RE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_WS_RE = re.compile(rb"[ \t\r\n]*")
+_QUOTE, _LBRACE, _RBRACE, _LBRACKET, _RBRACKET, _COLON = b'"{}[]:'
+
+
+class _LargeFieldFilter:
+    def __init__(self, fh: BinaryIO, path: Path) -> None:
+        self.fh = fh
+        self.path = path
+        self.buf = b""
+        self.pos = 0  # everything before pos is already copied to out (or deliberately skipped)
+        self.base = 0  # file offset of buf[0]
+        self.eof = False
+        self.out = bytearray()
+        self.dropped: dict[str, dict[str, int]] = {}
+
+    def _more(self, want: int = 0) -> bool:
+        if self.eof:
+            return False
+        data = self.fh.read(max(want, CHUNK))
+        if not data:
+            self.eof = True
+            return False
+        self.base += self.pos
+        self.buf = self.buf[self.pos :] + data
+        self.pos = 0
+        return True
+
+    def _fail(self, what: str) -> TraceError:
+        return TraceError(self.path, f"malformed JSON: {what} at byte {self.base + self.pos}")
+
+    def _string_end(self) -> int:
+        """End (exclusive) of the string starting at self.pos, reading more as needed."""
+        while True:
+            m = _STRING_RE.match(self.buf, self.pos)
+            if m:
+                return m.end()
+            # Grow geometrically so a huge string is rescanned O(log n) times, not O(n).
+            if not self._more(len(self.buf)):
+                raise self._fail("unterminated string")
+
+    def _next_non_ws(self) -> int | None:
+        while True:
+            j = _WS_RE.match(self.buf, self.pos).end()
+            if j < len(self.buf):
+                return j
+            if not self._more():
+                return None
+
+    def _key(self, raw: bytes) -> str:
+        try:
+            if b"\\" not in raw:
+                return raw[1:-1].decode("utf-8")
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise self._fail("invalid object key") from None
+
+    @staticmethod
+    def _label(stack: list[list[Any]]) -> str:
+        out = ""
+        for frame in stack:
+            if frame[0] == _LBRACE:
+                out += ("." if out else "") + str(frame[1])
+            else:
+                out += f"[{max(frame[2] - 1, 0)}]"
+        return out
+
+    def _skip_value(self) -> int:
+        """Skip the string/array/object at self.pos; return its number of top-level items."""
+        if self.buf[self.pos] == _QUOTE:
+            self.pos = self._string_end()
+            return 0
+        depth = 0
+        items = 0
+        while True:
+            m = _TOKEN_RE.search(self.buf, self.pos)
+            if m is None:
+                self.pos = len(self.buf)
+                if not self._more():
+                    raise self._fail("unexpected end of file inside a skipped value")
+                continue
+            self.pos = m.start()
+            c = self.buf[self.pos]
+            if c == _QUOTE:
+                if depth == 1:
+                    items += 1
+                self.pos = self._string_end()
+            elif c in (_LBRACE, _LBRACKET):
+                if depth == 1:
+                    items += 1
+                depth += 1
+                self.pos += 1
+            else:
+                depth -= 1
+                self.pos += 1
+                if depth == 0:
+                    return items
+
+    def run(self) -> bytes:
+        stack: list[list[Any]] = []  # [opening byte, current key, number of container children]
+        while True:
+            m = _TOKEN_RE.search(self.buf, self.pos)
+            if m is None:
+                self.out += self.buf[self.pos :]
+                self.pos = len(self.buf)
+                if not self._more():
+                    break
+                continue
+            i = m.start()
+            self.out += self.buf[self.pos : i]
+            self.pos = i
+            c = self.buf[i]
+            if c == _QUOTE:
+                end = self._string_end()
+                raw = self.buf[self.pos : end]
+                self.out += raw
+                self.pos = end
+                if not stack or stack[-1][0] != _LBRACE:
+                    continue
+                j = self._next_non_ws()
+                if j is None or self.buf[j] != _COLON:
+                    continue
+                key = self._key(raw) if len(stack) <= _MAX_PATH_DEPTH else None
+                stack[-1][1] = key
+                if key is None:
+                    continue
+                path = tuple(f[1] if f[0] == _LBRACE else "[]" for f in stack)
+                if path not in _LARGE_FIELD_PATHS:
+                    continue
+                self.out += self.buf[self.pos : j + 1]
+                self.pos = j + 1
+                k = self._next_non_ws()
+                if k is None or self.buf[k] not in (_QUOTE, _LBRACE, _LBRACKET):
+                    continue  # a scalar (usually null): small, copied as is
+                self.out += self.buf[self.pos : k]
+                self.pos = k
+                start = self.base + self.pos
+                items = self._skip_value()
+                self.out += b"null"
+                size = self.base + self.pos - start
+                self.dropped[self._label(stack)] = {"bytes": size, "items": items}
+            elif c in (_LBRACE, _LBRACKET):
+                if stack and stack[-1][0] == _LBRACKET:
+                    stack[-1][2] += 1
+                stack.append([c, None, 0])
+                self.out.append(c)
+                self.pos += 1
+            else:
+                if stack:
+                    stack.pop()
+                self.out.append(c)
+                self.pos += 1
+        return bytes(self.out)
+
+
+def load_result_json(path: Path) -> tuple[Any, dict[str, dict[str, int]]]:
+    """Parse a trial result.json without its large fields.
+
+    Returns (value, dropped) where dropped maps each removed field ("agent_result.rollout_details",
+    "step_results[2].agent_result.metadata.all_messages", ...) to {"bytes", "items"}; the removed
+    values read as null in the returned value.
+    """
+    path = Path(path)
+    key = _stat_key(path)
+    if key is not None:
+        hit = RESULT_CACHE.get(key)
+        if hit is not None:
+            return copy.deepcopy(hit[0]), copy.deepcopy(hit[1])
+    try:
+        with open(path, "rb") as fh:
+            filt = _LargeFieldFilter(fh, path)
+            data = filt.run()
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    text = _decode_utf8(path, data)
+    try:
+        value = json.loads(text, parse_constant=_non_finite)
+    except json.JSONDecodeError as exc:
+        note = " (counted with the large fields removed)" if filt.dropped else ""
+        raise _json_error(path, exc, note) from None
+    except RecursionError:
+        raise TraceError(path, "JSON nested too deeply") from None
+    if key is not None:
+        RESULT_CACHE.put(key, (value, filt.dropped))
+        return copy.deepcopy(value), copy.deepcopy(filt.dropped)
+    return value, filt.dropped
+
+
