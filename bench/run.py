@@ -214,7 +214,7 @@ def main() -> None:
         results.append((f"ingest {dataset} → SQLite", f"{m_ours:.2f} s", f"sqlite3 floor {m_floor:.2f} s",
                         f"{m_ours / m_floor:.2f}× floor"))
         results.append((f"pandas path {dataset} → SQLite", f"{m_pandas:.2f} s", f"warehouse {m_ours:.2f} s",
-                        f"warehouse is {m_pandas / m_ours:.2f}× faster"))
+                        f"pandas takes {m_pandas / m_ours:.2f}× the warehouse's time"))
         if args.pg:
             ours_pg = measure("warehouse-postgres", dataset)
             floor_pg = measure("floor-postgres", dataset)
@@ -320,7 +320,7 @@ def report(results, info, args) -> None:
 Reproduce with `python3 -m pip install -e '.[bench]' && python3 -m bench.run --pg postgresql://…`
 (PostgreSQL rows appear only with `--pg`). Each figure is the median of {args.repeat} runs, each run in
 its own process; every ratio compares two figures measured in the same run on the same machine
-({machine}). Generated with `{time.strftime('%Y-%m-%d')}`'s code.
+({machine}), on {time.strftime('%Y-%m-%d')}.
 
 {table}
 
