@@ -119,14 +119,14 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
         writer = UnitWriter(conn, load_id)
         yield writer
         c = writer.counts
+        c.n_trials = len(writer._linked)
         conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
             status="loaded", finished_at=datetime.now(timezone.utc), n_rows=c.n_rows,
-            n_trials=len(writer._linked), n_episodes_new=c.n_episodes_new,
+            n_trials=c.n_trials, n_episodes_new=c.n_episodes_new,
             n_episodes_duplicate=c.n_episodes_duplicate, n_conflicts=c.n_conflicts,
             n_rejected=c.n_rejected, n_turns=c.n_turns, n_bytes=c.n_bytes,
             detail={"rejected": [f"{r.where}: {r.reason}" for r in c.rejected[:100]]} if c.rejected else None,
         ))
-        c.n_trials = len(writer._linked)
 
 
 class UnitWriter:
