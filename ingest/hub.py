@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingest.records import Episode, Rejected, Trial, Turn
+from warehouse.errors import first_line
 
 REQUIRED = ("conversations", "trial_name", "episode")
 # Columns mapped onto trial fields; every other column is kept verbatim with its episode.
@@ -59,7 +60,7 @@ def open_shard(path: Path) -> tuple[pq.ParquetFile, ShardInfo]:
         # pre_buffer would read every row group of the file ahead: memory must not scale with it.
         pf = pq.ParquetFile(path, pre_buffer=False)
     except (pa.ArrowException, OSError) as exc:
-        raise ShardError(f"{path}: not a readable Parquet file ({_first_line(exc)})") from None
+        raise ShardError(f"{path}: not a readable Parquet file ({first_line(exc)})") from None
     schema = pf.schema_arrow
     repeated = [name for name, n in Counter(schema.names).items() if n > 1]
     if repeated:  # schema.field(name) cannot tell them apart
@@ -120,7 +121,7 @@ def read_rows(pf: pq.ParquetFile, path: Path, run_name: str, run_override: str |
                 row_number += 1
             yield trials, rejected, batch.nbytes
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        raise ShardError(f"{path}: unreadable at row {row_number} ({_first_line(exc)})") from None
+        raise ShardError(f"{path}: unreadable at row {row_number} ({first_line(exc)})") from None
 
 
 def _values_row_by_row(column: pa.Array, name: str, bad_text: dict[int, str]) -> list[Any]:
@@ -293,10 +294,6 @@ def to_json_value(value: Any) -> Any:
 
 def _is_string(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def schema_json(schema: pa.Schema) -> str:

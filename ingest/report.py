@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ingest import writer
+from warehouse.errors import first_line
 
 
 @dataclass
@@ -82,9 +83,7 @@ def is_database_error(exc: BaseException) -> bool:
 
 
 def database_error_message(where: object, exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-    return f"{where}: the database refused it ({first})"
+    return f"{where}: the database refused it ({first_line(getattr(exc, 'orig', None) or exc)})"
 
 
 @contextmanager

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from warehouse.errors import WarehouseError
+from warehouse.errors import WarehouseError, first_line
 
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 # huggingface_hub's cache lays snapshots out as datasets--org--name/snapshots/<commit>/.
@@ -90,8 +90,7 @@ def _hub(repo: str, revision: str | None) -> Source:
             token=os.environ.get("HF_TOKEN") or None,
         )
     except (HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, OSError, ValueError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise WarehouseError(f"{repo}: cannot fetch the dataset from the Hub ({first})") from None
+        raise WarehouseError(f"{repo}: cannot fetch the dataset from the Hub ({first_line(exc)})") from None
     root = Path(local)
     shards = parquet_shards(root)
     if not shards:

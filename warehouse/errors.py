@@ -7,3 +7,12 @@ class WarehouseError(Exception):
 
 class SchemaError(WarehouseError):
     """The database's schema is not the one this version of the tool was built for."""
+
+
+def first_line(error: BaseException | str) -> str:
+    """The first line of an error's message: what a one-line report shows of a library's or a
+    driver's error (their messages often run on with details and hints)."""
+    lines = str(error).strip().splitlines()
+    if lines:
+        return lines[0]
+    return type(error).__name__ if isinstance(error, BaseException) else "unknown error"

@@ -39,7 +39,7 @@ from sqlalchemy.orm import aliased
 
 from warehouse import __version__
 from warehouse.db import models
-from warehouse.errors import WarehouseError
+from warehouse.errors import WarehouseError, first_line
 from warehouse.outdir import staged_output
 from warehouse.texts import from_bytes
 
@@ -198,7 +198,7 @@ def _union(schemas: list[pa.Schema]) -> pa.Schema:
         return pa.unify_schemas(schemas, promote_options="permissive").remove_metadata()
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise WarehouseError(f"the selected rows come from shards whose columns do not fit one schema "
-                             f"({_first_line(exc)}); export them with --source instead") from None
+                             f"({first_line(exc)}); export them with --source instead") from None
 
 
 def _harbor_schema(conn: Connection, where: list) -> pa.Schema:
@@ -514,7 +514,7 @@ def to_arrow(values: list[Any], type: pa.DataType, name: str) -> pa.Array:
         return pa.array(values, type=type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
         raise WarehouseError(f"column '{name}': stored values do not fit its type {type} "
-                             f"({_first_line(exc)})") from None
+                             f"({first_line(exc)})") from None
 
 
 def restore(value: Any, type: pa.DataType) -> Any:
@@ -564,6 +564,3 @@ def _is_binary(type: pa.DataType) -> bool:
     return (pa.types.is_binary(type) or pa.types.is_large_binary(type) or pa.types.is_fixed_size_binary(type)
             or pa.types.is_binary_view(type))
 
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

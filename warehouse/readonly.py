@@ -31,7 +31,7 @@ from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.pool import NullPool
 
 from warehouse.db.engine import resolve_url, sqlite_path
-from warehouse.errors import WarehouseError
+from warehouse.errors import WarehouseError, first_line
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_ROWS = 10_000
@@ -91,7 +91,7 @@ def run_readonly(
                 name = missing.group(1)
                 raise WarehouseError(f"no value for :{name} (give -p {name} VALUE; "
                                      f"write \\: for a colon that is not a parameter)") from None
-            raise WarehouseError(_first_line(exc.orig or exc)) from None
+            raise WarehouseError(first_line(exc.orig or exc)) from None
 
 
 # --- one statement -----------------------------------------------------------------------
@@ -164,10 +164,6 @@ def _is_query(sql: str) -> bool:
     return bool(_QUERY_START.match(body))
 
 
-def _first_line(exc: BaseException | str) -> str:
-    return (str(exc).strip().splitlines() or ["unknown error"])[0]
-
-
 # --- SQLite ----------------------------------------------------------------------------
 
 # Progress-handler granularity: SQLite VM instructions between two looks at the clock.
@@ -228,7 +224,7 @@ def _sqlite_readonly(url: URL, timeout: float) -> Iterator[tuple[Connection, Any
             return f"the query ran longer than the time limit ({timeout:g} s; see --timeout)"
         if refused:
             return f"read-only: {refused[0]}"
-        message = _first_line(exc)
+        message = first_line(exc)
         if "readonly database" in message:
             return f"read-only: the statement would write ({message})"
         return f"database error: {message}"
@@ -268,8 +264,8 @@ def _postgres_readonly(url: URL, timeout: float) -> Iterator[tuple[Connection, A
         # 25006 read_only_sql_transaction; a write inside WITH is refused earlier, when the
         # query is declared as a cursor.
         if sqlstate == "25006" or "data-modifying" in str(exc):
-            return f"read-only: {_first_line(exc)}"
-        return f"database error: {_first_line(exc)}"
+            return f"read-only: {first_line(exc)}"
+        return f"database error: {first_line(exc)}"
 
     # A connection of its own (no pool) so nothing a statement does to the session survives it.
     engine = create_engine(url, poolclass=NullPool)

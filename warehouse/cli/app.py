@@ -16,7 +16,7 @@ from warehouse import __version__
 from warehouse.cli import db as db_cli
 from warehouse.cli.context import State
 from warehouse.db.engine import ENV_VAR
-from warehouse.errors import WarehouseError
+from warehouse.errors import WarehouseError, first_line
 
 
 class _Group(TyperGroup):
@@ -27,8 +27,7 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except (OperationalError, ProgrammingError) as exc:
-            first_line = (str(exc.orig or exc).strip().splitlines() or ["unknown"])[0]
-            raise WarehouseError(f"database error: {first_line}") from None
+            raise WarehouseError(f"database error: {first_line(exc.orig or exc)}") from None
 
 
 app = typer.Typer(
