@@ -56,9 +56,14 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def is_empty(engine: Engine) -> bool:
-    """No tables but, at most, the version table a full downgrade leaves behind."""
     with engine.connect() as conn:
-        return not set(inspect(conn).get_table_names()) - {"alembic_version"}
+        return _is_empty(conn)
+
+
+def _is_empty(conn) -> bool:
+    """No tables but, at most, the version table a full downgrade leaves behind. Inspected
+    rather than SELECTed: a failed statement would abort PostgreSQL's transaction."""
+    return not set(inspect(conn).get_table_names()) - {"alembic_version"}
 
 
 def _run(engine: Engine, fn, *args) -> None:
@@ -92,8 +97,7 @@ def _upgrade_if_still_empty(cfg: Config) -> None:
     """Create the schema unless another process did while this one waited for the lock."""
     from alembic import command
 
-    # Inspected rather than SELECTed: a failed statement would abort PostgreSQL's transaction.
-    if set(inspect(cfg.attributes["connection"]).get_table_names()) - {"alembic_version"}:
+    if not _is_empty(cfg.attributes["connection"]):
         return  # made meanwhile (or not ours to touch): ensure_current decides below
     command.upgrade(cfg, "head")
 
