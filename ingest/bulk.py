@@ -82,9 +82,6 @@ class Bulk:
         procs = self._result[key]
         return lambda row: tuple(p(v) if p is not None and v is not None else v for p, v in zip(procs, row))
 
-    def _param(self) -> str:
-        return "?" if self.is_sqlite else "%s"
-
     # -- reads -------------------------------------------------------------------------------
 
     def lookup(self, table: Table, key_cols: Sequence[str], keys: Iterable[tuple],
@@ -162,12 +159,6 @@ class Bulk:
             with cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN") as copy:
                 for row in data:
                     copy.write_row(row)
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        """One statement in the dialect's own parameter style (`?` is rewritten for psycopg)."""
-        cur = self.raw.cursor()
-        cur.execute(sql if self.is_sqlite else sql.replace("?", "%s"), params)
-        cur.close()
 
 
 def lock_for_writing(conn: Connection) -> None:
