@@ -211,17 +211,20 @@ class UnitWriter:
                          [(row_id, *key, *values) for row_id, (key, values) in zip(ids, rows.items())])
         return dict(zip(rows, ids))
 
-    def _ensure(self, table, key_col: str, cache: dict, rows: dict[Any, tuple], other_cols: list[str]) -> None:
-        """Ids for single-column keys (runs, tasks, messages), creating the missing ones."""
+    def _ensure(self, table, key_col: str, cache: dict, rows: dict[Any, tuple], other_cols: list[str]
+                ) -> dict[tuple, tuple]:
+        """Ids for single-column keys (runs, tasks, messages), creating the missing ones; the
+        rows it created."""
         missing = [k for k in rows if k not in cache]
         if not missing:
-            return
+            return {}
         found = self.bulk.lookup(table, [key_col], [(k,) for k in missing], ["id"])
         cache.update({key[0]: values[0] for key, values in found.items()})
         new = {(k,): rows[k] for k in missing if k not in cache}
         if new:
             ids = self._insert_new(table, [key_col], new, other_cols)
             cache.update({key[0]: row_id for key, row_id in ids.items()})
+        return new
 
     def _ensure_runs(self, keys: list[str], names: dict[str, str]) -> None:
         self._ensure(T["runs"], "run_key", self._run_ids, {k: (names.get(k),) for k in keys}, ["name"])
@@ -236,10 +239,11 @@ class UnitWriter:
             if h not in self._message_ids and h not in rows:
                 safe, raw = split_text(text)
                 rows[h] = (safe, raw, len(text))
-        before = len(self._message_ids)
-        self._ensure(T["messages"], "content_hash", self._message_ids, rows, ["content", "content_raw", "n_chars"])
-        if len(self._message_ids) > before:
-            self.counts.n_bytes += sum(len(r[1]) if r[1] is not None else len(r[0]) for r in rows.values())
+        new = self._ensure(T["messages"], "content_hash", self._message_ids, rows,
+                           ["content", "content_raw", "n_chars"])
+        # Bytes of text this unit added: only the messages it created, not those it found.
+        self.counts.n_bytes += sum(len(raw) if raw is not None else len(safe.encode())
+                                   for safe, raw, _ in new.values())
 
     # -- trials -------------------------------------------------------------------------------
 

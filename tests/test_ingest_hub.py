@@ -29,6 +29,11 @@ def _dataset(root: Path, rows: list[dict], name: str = "train-00000-of-00001.par
     return root
 
 
+def _rows_of(engine, sql: str, **params):
+    with engine.connect() as conn:
+        return conn.execute(text(sql), params).all()
+
+
 def _scalar(engine, sql: str, **params):
     with engine.connect() as conn:
         return conn.execute(text(sql), params).scalar()
@@ -57,9 +62,13 @@ def test_messages_are_stored_once(engine, tmp_path):
     prompt = "You are a helpful agent. " * 50
     rows = [hub_row(f"t{i}__abcdefg", 0, [("user", prompt), ("assistant", f"answer {i}")]) for i in range(5)]
     ingest(engine, [str(_dataset(tmp_path / "a", rows))])
-    ingest(engine, [str(_dataset(tmp_path / "b", [hub_row("other__zzzzzzz", 0, [("user", prompt)])]))])
+    ingest(engine, [str(_dataset(tmp_path / "b", [hub_row("other__zzzzzzz", 0, [("user", prompt), ("assistant", "é")])]))])
     assert _scalar(engine, "SELECT count(*) FROM messages WHERE content = :p", p=prompt) == 1
     assert _scalar(engine, "SELECT count(*) FROM turn_text WHERE content = :p", p=prompt) == 6
+    # The ledger counts the UTF-8 bytes of text each shard added: the second found its prompt
+    # stored and added only "é" (2 bytes).
+    n_bytes = [r[0] for r in _rows_of(engine, "SELECT n_bytes FROM loads ORDER BY id")]
+    assert n_bytes == [len(prompt) + sum(len(f"answer {i}") for i in range(5)), 2]
 
 
 def test_all_episodes_prefixes_share_message_rows(engine, tmp_path):
