@@ -23,7 +23,7 @@ from ingest.records import Episode, Rejected, Run, Trial
 from warehouse import __version__
 from warehouse.db import models
 from warehouse.db.session import write_transaction
-from warehouse.texts import split_text, to_bytes
+from warehouse.texts import RAW_TEXT, safe_columns, split_text, to_bytes
 
 T = {name: model.__table__ for name, model in {
     "sources": models.Source, "loads": models.Load, "runs": models.Run, "tasks": models.Task,
@@ -248,22 +248,19 @@ class UnitWriter:
     # -- trials -------------------------------------------------------------------------------
 
     def _trial_row(self, t: Trial) -> dict[str, Any]:
-        verifier_output, raw_verifier = split_text(t.verifier_output)
-        exception_message, raw_exception = split_text(t.exception_message)
+        texts, exact = safe_columns(
+            dict(verifier_output=t.verifier_output, exception_message=t.exception_message))
         detail = dict(t.detail or {})
-        raw = {k: v for k, v in (("verifier_output", t.verifier_output if raw_verifier else None),
-                                 ("exception_message", t.exception_message if raw_exception else None))
-               if v is not None}
-        if raw:
-            detail["raw_text"] = raw  # the exact strings; the columns hold display-safe copies
+        if exact:
+            detail[RAW_TEXT] = exact
         return dict(
             task_id=self._task_ids.get(t.task_name) if t.task_name is not None else None,
             status=t.status, agent=t.agent, agent_version=t.agent_version,
             model=t.model, model_provider=t.model_provider, result=t.result, reward=t.reward,
-            rewards=t.rewards, exception_type=t.exception_type, exception_message=exception_message,
+            rewards=t.rewards, exception_type=t.exception_type, exception_message=texts["exception_message"],
             started_at=t.started_at, finished_at=t.finished_at, date_raw=t.date_raw,
             n_input_tokens=t.n_input_tokens, n_cache_tokens=t.n_cache_tokens,
-            n_output_tokens=t.n_output_tokens, cost_usd=t.cost_usd, verifier_output=verifier_output,
+            n_output_tokens=t.n_output_tokens, cost_usd=t.cost_usd, verifier_output=texts["verifier_output"],
             instruction_id=self._message_ids[self._hash(t.instruction)] if t.instruction is not None else None,
             task_checksum=t.task_checksum, source_run_id=t.source_run_id, detail=detail or None,
         )

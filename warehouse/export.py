@@ -41,7 +41,7 @@ from warehouse import __version__
 from warehouse.db import models
 from warehouse.errors import WarehouseError, first_line
 from warehouse.outdir import staged_output
-from warehouse.texts import from_bytes
+from warehouse.texts import exact_column, from_bytes
 
 SOURCES, LOADS, RUNS, TASKS, TRIALS, EPISODES, TURNS, MESSAGES, EPISODE_LOADS, TRIAL_LOADS, CONFLICTS = (
     m.__table__ for m in (models.Source, models.Load, models.Run, models.Task, models.Trial, models.Episode,
@@ -310,11 +310,10 @@ class _RowBuilder:
 
     @staticmethod
     def _trial_values(trial, texts: dict[int, str], overlay: dict[str, Any]) -> dict[str, Any]:
-        raw_text = (trial.detail or {}).get("raw_text") or {}
         values = dict(
             agent=trial.agent, model=trial.model, model_provider=trial.model_provider, date=trial.date_raw,
             task=trial.task_name, run_id=trial.source_run_id, trial_name=trial.trial_name, result=trial.result,
-            verifier_output=raw_text.get("verifier_output", trial.verifier_output),
+            verifier_output=exact_column(trial.detail, "verifier_output", trial.verifier_output),
             instruction=texts.get(trial.instruction_id),
         )
         values.update(overlay)

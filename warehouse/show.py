@@ -13,7 +13,7 @@ from warehouse.db import models
 from warehouse.db.session import read_transaction
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
-from warehouse.texts import join_text
+from warehouse.texts import exact_column, join_text
 
 RUNS, TASKS, TRIALS = models.Run.__table__, models.Task.__table__, models.Trial.__table__
 EPISODES, TURNS, MESSAGES = models.Episode.__table__, models.Turn.__table__, models.Message.__table__
@@ -46,12 +46,11 @@ def load_trajectory(engine: Engine, ref: str, *, episode: int | None = None,
             .outerjoin(MESSAGES, MESSAGES.c.id == TRIALS.c.instruction_id)
             .where(TRIALS.c.id == trial_id)
         ).one()._mapping
-        raw_text = (trial["detail"] or {}).get("raw_text", {})  # exact copies, see ingest.writer
         out: dict[str, Any] = {"id": trial["id"], "run_key": trial["run_key"],
                                "trial_name": trial["trial_name"], "task": trial["task"]}
         out.update({name: trial[name] for name in _TRIAL_FIELDS})
-        out["exception_message"] = raw_text.get("exception_message", trial["exception_message"])
-        out["verifier_output"] = raw_text.get("verifier_output", trial["verifier_output"])
+        for name in ("exception_message", "verifier_output"):
+            out[name] = exact_column(trial["detail"], name, trial[name])
         out["instruction"] = join_text(trial["instruction"], trial["instruction_raw"])
         out["sources"] = list(conn.execute(
             select(SOURCES.c.name).distinct()

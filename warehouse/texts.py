@@ -45,6 +45,26 @@ def join_text(text: str | None, raw: bytes | None) -> str | None:
     return from_bytes(raw) if raw is not None else text
 
 
+# Trial text columns (verifier output, exception message) hold display-safe copies; the exact
+# value of any that had to change is kept in trials.detail under this key.
+RAW_TEXT = "raw_text"
+
+
+def safe_columns(values: dict[str, str | None]) -> tuple[dict[str, str | None], dict[str, str]]:
+    """(display-safe values for text columns, {column: exact value} for those that changed)."""
+    safe, exact = {}, {}
+    for name, value in values.items():
+        safe[name], raw = split_text(value)
+        if raw is not None:
+            exact[name] = value
+    return safe, exact
+
+
+def exact_column(detail: dict | None, name: str, stored: str | None) -> str | None:
+    """A trial text column's exact value: its kept copy when the column holds a safe one."""
+    return ((detail or {}).get(RAW_TEXT) or {}).get(name, stored)
+
+
 def json_to_db(value: Any) -> Any:
     if isinstance(value, str):
         return value if is_safe(value) else {_WRAP_KEY: base64.b64encode(to_bytes(value)).decode()}
