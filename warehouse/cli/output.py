@@ -9,7 +9,9 @@ from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from enum import Enum
-from typing import IO, Any
+from typing import IO, Annotated, Any
+
+import typer
 
 
 class Format(str, Enum):
@@ -17,6 +19,10 @@ class Format(str, Enum):
     csv = "csv"
     json = "json"
     jsonl = "jsonl"
+
+
+# The --format option of every command that prints rows.
+FormatOption = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 
 
 def _jsonable(value: Any) -> Any:

@@ -11,7 +11,7 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, write_rows
+from warehouse.cli.output import Format, FormatOption, write_rows
 from warehouse.errors import WarehouseError
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param, run_canned
 from warehouse.readonly import DEFAULT_TIMEOUT
@@ -19,7 +19,6 @@ from warehouse.readonly import DEFAULT_TIMEOUT
 query_app = typer.Typer(no_args_is_help=True, help="Canned cross-run queries: `warehouse query list` shows them.")
 app.add_typer(query_app, name="query")
 
-FormatOption = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Stop the query after this many seconds.")]
 
 

@@ -9,7 +9,7 @@ import typer
 from warehouse import search as search_lib
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, write_rows
+from warehouse.cli.output import Format, FormatOption, write_rows
 from warehouse.db.engine import redact
 from warehouse.readonly import DEFAULT_TIMEOUT
 
@@ -23,7 +23,7 @@ def search(
     role: Annotated[Optional[str], typer.Option(
         "--role", help="Only turns with this role (user, assistant, …); `verifier` for verifier output only.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Print at most this many hits.")] = 50,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    fmt: FormatOption = Format.table,
     timeout: Annotated[float, typer.Option("--timeout", help="Stop the search after this many seconds.")] = DEFAULT_TIMEOUT,
 ) -> None:
     """Find TEXT in turn texts and verifier output: one row per turn, with a snippet.

@@ -10,7 +10,7 @@ from typer.core import TyperCommand
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, write_rows
+from warehouse.cli.output import Format, FormatOption, write_rows
 from warehouse.readonly import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, run_readonly
 
 
@@ -32,7 +32,7 @@ def sql(
     param: Annotated[Optional[list[str]], typer.Option(
         "-p", "--param", metavar="NAME VALUE", parser=lambda pair: pair,
         help="Bind :NAME in the SQL to VALUE (text; CAST it in SQL for numbers). Repeatable.")] = None,
-    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    fmt: FormatOption = Format.table,
     timeout: Annotated[float, typer.Option("--timeout", help="Stop the query after this many seconds.")] = DEFAULT_TIMEOUT,
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Print at most this many rows.")] = DEFAULT_MAX_ROWS,
 ) -> None:
