@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ingest import hub
-from ingest.writer import conversation_hash, message_hash
+from ingest.prepare import conversation_hash, message_hash
 from warehouse.texts import split_text
 
 

@@ -62,9 +62,16 @@ class Bulk:
         procs = self._bind[key]
         active = [(i, p) for i, p in enumerate(procs) if p is not None]
         if not active:
-            return [tuple(r) for r in rows]
+            return rows if isinstance(rows, list) else list(rows)
         out = []
         for row in rows:
+            # Most processed columns (JSON extras, timestamps) are NULL: leave those rows as they are.
+            for i, _ in active:
+                if row[i] is not None:
+                    break
+            else:
+                out.append(row)
+                continue
             row = list(row)
             for i, proc in active:
                 if row[i] is not None:
@@ -121,6 +128,13 @@ class Bulk:
         for chunk in chunks(keys, PG_LOOKUP_CHUNK):
             encoded = self._encode(table, key_cols, chunk)
             yield sql, [list(column) for column in zip(*encoded)]
+
+    def is_empty(self, table: Table) -> bool:
+        cur = self.raw.cursor()
+        cur.execute(f"SELECT 1 FROM {table.name} LIMIT 1")
+        empty = cur.fetchone() is None
+        cur.close()
+        return empty
 
     # -- writes ------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ TRIAL_COLUMNS = (
 STRING_COLUMNS = ("trial_name", "episode", *TRIAL_COLUMNS)
 EPISODE_RE = re.compile(r"episode-(\d+)\Z")
 TRACE_SOURCE = "trace_source"
-BATCH_ROWS = 512
+BATCH_ROWS = 128
 
 
 class ShardError(Exception):

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sqlalchemy import Engine
 
 from ingest import trace_pipeline, writer
-from ingest.prefetch import prefetch
+from ingest.prepare import Batch, prepare
 from ingest.report import Progress, Summary, fail, one_unit, relative_unit
 from ingest.sources import Source, resolve
+from ingest.worker import in_worker
 from warehouse.errors import WarehouseError
 
 HASH_CHUNK = 1 << 20
@@ -77,18 +78,25 @@ def _ingest_parquet(engine, source: Source, run, keep_going, summary: Summary, p
                 progress.start(shard.name, info.n_rows)
                 with writer.unit(engine, source_id, relative_unit(shard, source.root), content_hash,
                                  hub.schema_json(info.schema)) as unit:
-                    for trials, rejected, nbytes in prefetch(hub.read_rows(pf, shard, source.name, run)):
-                        if rejected and not keep_going:
-                            first = rejected[0]
+                    for batch in in_worker(_prepared_batches, shard, source.name, run):
+                        if batch.rejected and not keep_going:
+                            first = batch.rejected[0]
                             raise hub.ShardError(f"{first.where}: {first.reason}")
-                        for r in rejected:
-                            unit.reject(r)
-                        unit.add_trials(trials, {run_key: run_key})
-                        summary.bytes_read += nbytes
-                        progress.advance(len(trials) + len(rejected), nbytes)
+                        unit.add_batch(batch, {run_key: run_key})
+                        summary.bytes_read += batch.n_bytes
+                        progress.advance(len(batch.trials) + len(batch.rejected), batch.n_bytes)
                 summary.add(unit.counts)
             finally:
                 progress.finish()
+
+
+def _prepared_batches(shard: Path, run_name: str, run_override: str | None) -> Iterator[Batch]:
+    """A shard's rows as prepared batches (run in the reader process)."""
+    from ingest import hub
+
+    pf, _ = hub.open_shard(shard)
+    for trials, rejected, nbytes in hub.read_rows(pf, shard, run_name, run_override):
+        yield prepare(trials, rejected, nbytes)
 
 
 def _shard_error(hub, shard: Path, exc: Exception) -> str | None:

@@ -9,7 +9,7 @@ provenance; with different content the first version is kept and a conflict is r
 
 from __future__ import annotations
 
-import hashlib
+import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,11 +19,11 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select, update
 
 from ingest import bulk
-from ingest.records import Episode, Rejected, Run, Trial
+from ingest.prepare import TRIAL_FIELDS, Batch, prepare
+from ingest.records import Rejected, Run, Trial
 from warehouse import __version__
 from warehouse.db import models
 from warehouse.db.session import write_transaction
-from warehouse.texts import RAW_TEXT, safe_columns, split_text, to_bytes
 
 T = {name: model.__table__ for name, model in {
     "sources": models.Source, "loads": models.Load, "runs": models.Run, "tasks": models.Task,
@@ -32,16 +32,6 @@ T = {name: model.__table__ for name, model in {
     "trial_loads": models.TrialLoad, "conflicts": models.Conflict,
 }.items()}
 
-# Trial columns that a second source may fill in when the first left them empty, and that
-# are recorded as a conflict when both sources say something different.
-TRIAL_FIELDS = (
-    "agent", "agent_version", "model", "model_provider", "result", "reward", "rewards",
-    "exception_type", "exception_message", "started_at", "finished_at", "date_raw",
-    "n_input_tokens", "n_cache_tokens", "n_output_tokens", "cost_usd", "verifier_output",
-    "task_checksum", "source_run_id", "instruction_id",
-)
-
-
 # Bounds of the per-unit caches (entries); see UnitWriter._forget_if_large.
 MESSAGE_CACHE = 200_000
 TRIAL_CACHE = 20_000
@@ -49,19 +39,7 @@ EPISODE_CACHE = 100_000
 
 # Every stored trial column besides the key, in the order the bulk writer sends them.
 TRIAL_COLUMNS = ("task_id", "status", *TRIAL_FIELDS, "detail")
-
-
-def message_hash(text: str) -> bytes:
-    return hashlib.sha256(to_bytes(text)).digest()
-
-
-def conversation_hash(episode: Episode, hash_text=message_hash) -> str:
-    h = hashlib.sha256()
-    for turn in episode.turns:
-        h.update(to_bytes(turn.role))
-        h.update(b"\x00")
-        h.update(hash_text(turn.content) if turn.content is not None else b"-")
-    return h.hexdigest()
+_trial_columns = operator.itemgetter(*TRIAL_COLUMNS)
 
 
 @dataclass
@@ -106,7 +84,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
          arrow_schema: str | None = None) -> Iterator["UnitWriter"]:
     """Write one unit in one transaction. Raises AlreadyLoaded when the ledger has it."""
     started = datetime.now(timezone.utc)
-    with write_transaction(engine) as conn:
+    with write_transaction(engine, check_references=False) as conn:
         bulk.lock_for_writing(conn)
         load_id = bulk.insert_one_or_skip(conn, T["loads"], dict(
             source_id=source_id, unit=unit_name, content_hash=content_hash, status="loading",
@@ -146,7 +124,10 @@ class UnitWriter:
         self._episodes: dict[tuple[int, str, int], tuple[int, str]] = {}
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
         self._next_row = 0
-        self._hashes: dict[str, bytes] = {}
+        # Tables that held no row when this unit took the write lock: every row they hold now
+        # is in this unit's cache (until the cache is dropped), so a cache miss is a new row
+        # and needs no lookup. A first load into an empty warehouse skips every lookup.
+        self._fresh = {name for name in ("messages", "trials", "episodes") if self.bulk.is_empty(T[name])}
 
     # -- public ------------------------------------------------------------------------------
 
@@ -170,18 +151,20 @@ class UnitWriter:
 
     def add_trials(self, trials: list[Trial], run_names: dict[str, str] | None = None) -> None:
         """Write a batch of trials and their episodes."""
-        if not trials:
+        self.add_batch(prepare(trials), run_names)
+
+    def add_batch(self, batch: Batch, run_names: dict[str, str] | None = None) -> None:
+        """Write a prepared batch: its rejected rows, trials, messages and episodes."""
+        for r in batch.rejected:
+            self.reject(r)
+        if not batch.trials:
             return
-        # Each text is hashed once per batch, however many turns and prefixes repeat it.
-        self._hashes = {}
         self._forget_if_large()
-        self._ensure_runs([t.run_key for t in trials], run_names or {})
-        self._ensure_tasks([t.task_name for t in trials if t.task_name is not None])
-        texts = [turn.content for t in trials for e in t.episodes for turn in e.turns if turn.content is not None]
-        texts += [t.instruction for t in trials if t.instruction is not None]
-        self._ensure_messages(texts)
-        trial_ids = self._ensure_trials(trials)
-        self._write_episodes(trials, trial_ids)
+        self._ensure_runs([run_key for run_key, _, _ in batch.trials], run_names or {})
+        self._ensure_tasks([v["task_name"] for _, _, v in batch.trials if v["task_name"] is not None])
+        self._ensure_messages(batch.messages)
+        trial_ids = self._ensure_trials(batch.trials)
+        self._write_episodes(batch, trial_ids)
 
     def _forget_if_large(self) -> None:
         """The caches hold what this unit has seen; past a bound they are dropped so memory
@@ -189,17 +172,20 @@ class UnitWriter:
         a miss costs a lookup, never correctness."""
         if len(self._message_ids) > MESSAGE_CACHE:
             self._message_ids.clear()
+            self._fresh.discard("messages")
         if len(self._trial_ids) > TRIAL_CACHE:
             self._trial_ids.clear()
             self._trial_values.clear()
+            self._fresh.discard("trials")
         if len(self._episodes) > EPISODE_CACHE:
             self._episodes.clear()
+            self._fresh.discard("episodes")
 
-    def _hash(self, text: str) -> bytes:
-        h = self._hashes.get(text)
-        if h is None:
-            h = self._hashes[text] = message_hash(text)
-        return h
+    def _lookup(self, table, key_cols: list[str], keys: list[tuple], value_cols: list[str]) -> dict[tuple, tuple]:
+        """Stored rows for keys missing from the cache; none to look for in a fresh table."""
+        if table.name in self._fresh or not keys:
+            return {}
+        return self.bulk.lookup(table, key_cols, keys, value_cols)
 
     # -- keyed rows ---------------------------------------------------------------------------
 
@@ -218,7 +204,7 @@ class UnitWriter:
         missing = [k for k in rows if k not in cache]
         if not missing:
             return {}
-        found = self.bulk.lookup(table, [key_col], [(k,) for k in missing], ["id"])
+        found = self._lookup(table, [key_col], [(k,) for k in missing], ["id"])
         cache.update({key[0]: values[0] for key, values in found.items()})
         new = {(k,): rows[k] for k in missing if k not in cache}
         if new:
@@ -232,58 +218,39 @@ class UnitWriter:
     def _ensure_tasks(self, names: list[str]) -> None:
         self._ensure(T["tasks"], "name", self._task_ids, {n: () for n in names}, [])
 
-    def _ensure_messages(self, texts: list[str]) -> None:
-        rows: dict[bytes, tuple] = {}
-        for text in texts:
-            h = self._hash(text)
-            if h not in self._message_ids and h not in rows:
-                safe, raw = split_text(text)
-                rows[h] = (safe, raw, len(text))
-        new = self._ensure(T["messages"], "content_hash", self._message_ids, rows,
+    def _ensure_messages(self, messages: dict[bytes, tuple]) -> None:
+        new = self._ensure(T["messages"], "content_hash", self._message_ids, messages,
                            ["content", "content_raw", "n_chars"])
         # Bytes of text this unit added: only the messages it created, not those it found.
-        self.counts.n_bytes += sum(len(raw) if raw is not None else len(safe.encode())
+        self.counts.n_bytes += sum(len(raw) if raw is not None else len(safe) if safe.isascii() else len(safe.encode())
                                    for safe, raw, _ in new.values())
 
     # -- trials -------------------------------------------------------------------------------
 
-    def _trial_row(self, t: Trial) -> dict[str, Any]:
-        texts, exact = safe_columns(
-            dict(verifier_output=t.verifier_output, exception_message=t.exception_message))
-        detail = dict(t.detail or {})
-        if exact:
-            detail[RAW_TEXT] = exact
-        return dict(
-            task_id=self._task_ids.get(t.task_name) if t.task_name is not None else None,
-            status=t.status, agent=t.agent, agent_version=t.agent_version,
-            model=t.model, model_provider=t.model_provider, result=t.result, reward=t.reward,
-            rewards=t.rewards, exception_type=t.exception_type, exception_message=texts["exception_message"],
-            started_at=t.started_at, finished_at=t.finished_at, date_raw=t.date_raw,
-            n_input_tokens=t.n_input_tokens, n_cache_tokens=t.n_cache_tokens,
-            n_output_tokens=t.n_output_tokens, cost_usd=t.cost_usd, verifier_output=texts["verifier_output"],
-            instruction_id=self._message_ids[self._hash(t.instruction)] if t.instruction is not None else None,
-            task_checksum=t.task_checksum, source_run_id=t.source_run_id, detail=detail or None,
-        )
-
-    def _ensure_trials(self, trials: list[Trial]) -> list[int]:
-        keys = [(self._run_ids[t.run_key], t.trial_name) for t in trials]
-        incoming = [self._trial_row(t) for t in trials]
+    def _ensure_trials(self, trials: list[tuple[str, str, dict[str, Any]]]) -> list[int]:
+        keys = []
+        incoming = []
+        for run_key, trial_name, values in trials:
+            keys.append((self._run_ids[run_key], trial_name))
+            task_name, instruction = values.pop("task_name"), values["instruction_id"]
+            values["task_id"] = self._task_ids[task_name] if task_name is not None else None
+            values["instruction_id"] = self._message_ids[instruction] if instruction is not None else None
+            incoming.append(values)
         unknown = [k for k in dict.fromkeys(keys) if k not in self._trial_ids]
+        new: dict[tuple, dict[str, Any]] = {}
         if unknown:
             trials_t = T["trials"]
-            found = self.bulk.lookup(trials_t, ["run_id", "trial_name"], unknown, ["id", *TRIAL_COLUMNS])
+            found = self._lookup(trials_t, ["run_id", "trial_name"], unknown, ["id", *TRIAL_COLUMNS])
             for key, values in found.items():
                 stored = dict(zip(["id", *TRIAL_COLUMNS], values))
                 self._trial_ids[key] = stored["id"]
                 self._trial_values[stored["id"]] = stored
-            new: dict[tuple, dict[str, Any]] = {}
             for key, values in zip(keys, incoming):
                 if key not in self._trial_ids:
                     new.setdefault(key, values)
             if new:
                 ids = self._insert_new(trials_t, ["run_id", "trial_name"],
-                                       {k: tuple(v[c] for c in TRIAL_COLUMNS) for k, v in new.items()},
-                                       list(TRIAL_COLUMNS))
+                                       {k: _trial_columns(v) for k, v in new.items()}, list(TRIAL_COLUMNS))
                 for key, trial_id in ids.items():
                     self._trial_ids[key] = trial_id
                     self._trial_values[trial_id] = dict(new[key], id=trial_id)
@@ -293,7 +260,8 @@ class UnitWriter:
         ids = []
         for key, values in zip(keys, incoming):
             trial_id = self._trial_ids[key]
-            self._merge_trial(trial_id, values)
+            if new.get(key) is not values:  # the row a trial was just created from has nothing to add
+                self._merge_trial(trial_id, values)
             ids.append(trial_id)
         return ids
 
@@ -321,27 +289,26 @@ class UnitWriter:
 
     # -- episodes -----------------------------------------------------------------------------
 
-    def _write_episodes(self, trials: list[Trial], trial_ids: list[int]) -> None:
-        batch: list[tuple[tuple[int, str, int], Episode, str, int]] = []
-        for trial, trial_id in zip(trials, trial_ids):
-            for ep in trial.episodes:
-                row_number = ep.row_number if ep.row_number is not None else self._next_row
-                self._next_row = max(self._next_row, row_number) + 1
-                batch.append(((trial_id, ep.trace_source, ep.episode_index), ep, conversation_hash(ep, self._hash), row_number))
-        if not batch:
+    def _write_episodes(self, batch: Batch, trial_ids: list[int]) -> None:
+        keyed = []
+        for episode in batch.episodes:
+            position, trace_source, episode_index, row_number = episode[:4]
+            if row_number is None:
+                row_number = self._next_row
+            self._next_row = max(self._next_row, row_number) + 1
+            keyed.append(((trial_ids[position], trace_source, episode_index), row_number, episode))
+        if not keyed:
             return
-        self.counts.n_rows += len(batch)
+        self.counts.n_rows += len(keyed)
         episodes_t = T["episodes"]
         key_cols = ["trial_id", "trace_source", "episode_index"]
-        unknown = [k for k, *_ in batch if k not in self._episodes]
-        if unknown:
-            found = self.bulk.lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash"])
-            self._episodes.update({k: (v[0], v[1]) for k, v in found.items()})
+        unknown = [key for key, *_ in keyed if key not in self._episodes]
+        found = self._lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash"])
+        self._episodes.update({k: (v[0], v[1]) for k, v in found.items()})
         new: dict[tuple, tuple] = {}
-        for key, ep, chash, _ in batch:
+        for key, _, (*_, n_turns, n_chars, chash, extra, _) in keyed:
             if key not in self._episodes and key not in new:
-                n_chars = sum(len(t.content) for t in ep.turns if t.content is not None)
-                new[key] = (len(ep.turns), n_chars, chash, ep.extra)
+                new[key] = (n_turns, n_chars, chash, extra)
         inserted: set[tuple] = set()
         if new:
             ids = self._insert_new(episodes_t, key_cols, new, ["n_turns", "n_chars", "conversation_hash", "extra"])
@@ -351,23 +318,22 @@ class UnitWriter:
         turn_rows = []
         provenance = []
         message_ids = self._message_ids
-        for key, ep, chash, row_number in batch:
+        turns = batch.turns
+        for key, row_number, (*_, n_turns, _, chash, _, first) in keyed:
             ep_id, kept_hash = self._episodes[key]
             if key in inserted:
                 inserted.discard(key)  # a second copy of the key in this unit is a duplicate
                 self.counts.n_episodes_new += 1
-                self.counts.n_turns += len(ep.turns)
-                for idx, turn in enumerate(ep.turns):
-                    turn_rows.append((ep_id, idx, turn.role,
-                                      message_ids[self._hash(turn.content)] if turn.content is not None else None,
-                                      turn.extra))
+                self.counts.n_turns += n_turns
+                turn_rows += [(ep_id, idx, role, message_ids[digest] if digest is not None else None, extra)
+                              for idx, (role, digest, extra) in enumerate(turns[first:first + n_turns])]
                 provenance.append((self.load_id, row_number, ep_id))
             elif kept_hash == chash:
                 self.counts.n_episodes_duplicate += 1
                 provenance.append((self.load_id, row_number, ep_id))
             else:
                 self._conflict("episode", ep_id, "conversation", {"conversation_hash": kept_hash},
-                               {"conversation_hash": chash, "n_turns": len(ep.turns)}, row_number)
+                               {"conversation_hash": chash, "n_turns": n_turns}, row_number)
         self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], turn_rows)
         self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id"], provenance)
 

@@ -21,8 +21,16 @@ REPLACEMENT = "\ufffd"
 def is_safe(text: str) -> bool:
     if "\x00" in text:
         return False
-    # Most text is ASCII, which cannot hold a surrogate; str.isascii() is a flag check.
-    return text.isascii() or _UNSAFE.search(text) is None
+    # Most text is ASCII, which cannot hold a surrogate; str.isascii() is a flag check. For
+    # the rest, strict UTF-8 encoding fails exactly on lone surrogates, and is several times
+    # faster than searching for them.
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def to_bytes(text: str) -> bytes:

@@ -9,11 +9,15 @@ from sqlalchemy import Connection, Engine
 
 
 @contextmanager
-def write_transaction(engine: Engine) -> Iterator[Connection]:
+def write_transaction(engine: Engine, *, check_references: bool = True) -> Iterator[Connection]:
     """A connection in one write transaction: committed if the block completes, rolled back
-    (leaving nothing behind) if it raises."""
+    (leaving nothing behind) if it raises.
+
+    `check_references=False` turns off SQLite's per-row foreign-key checks, for a writer that
+    only writes ids it allocated or looked up under the write lock (the ingest writer; its
+    tests run `PRAGMA foreign_key_check` on what it wrote). PostgreSQL always checks."""
     with engine.connect() as conn:
-        conn = conn.execution_options(sqlite_write=True)
+        conn = conn.execution_options(sqlite_write=True, foreign_keys=check_references)
         with conn.begin():
             yield conn
 

@@ -30,7 +30,8 @@ class UtcDateTime(TypeDecorator):
             return None
         if value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
-        value = value.astimezone(timezone.utc)
+        elif value.tzinfo is not timezone.utc:  # readers hand over UTC already: skip the conversion
+            value = value.astimezone(timezone.utc)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect) -> datetime | None:

@@ -1,0 +1,108 @@
+"""Trials made ready for the writer, without the database: every text hashed once and split
+into its stored form, every conversation hashed, every row shaped. What is left for the
+writer is only what needs the database: looking rows up, giving them ids, writing them.
+
+A Batch holds plain tuples, dicts, strings and bytes, so it crosses a process boundary
+cheaply: a Parquet shard is read and prepared in a worker process (ingest.worker) while the
+writer's process writes the previous batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingest.records import Episode, Rejected, Trial
+from warehouse.texts import RAW_TEXT, safe_columns, split_text, to_bytes
+
+# Trial columns that a second source may fill in when the first left them empty, and that
+# are recorded as a conflict when both sources say something different.
+TRIAL_FIELDS = (
+    "agent", "agent_version", "model", "model_provider", "result", "reward", "rewards",
+    "exception_type", "exception_message", "started_at", "finished_at", "date_raw",
+    "n_input_tokens", "n_cache_tokens", "n_output_tokens", "cost_usd", "verifier_output",
+    "task_checksum", "source_run_id", "instruction_id",
+)
+
+
+def message_hash(text: str) -> bytes:
+    return hashlib.sha256(to_bytes(text)).digest()
+
+
+def conversation_hash(episode: Episode, digests: list[bytes | None] | None = None) -> str:
+    """The hash of an episode's roles and message hashes, in order; `digests` are the
+    message hashes of its turns when the caller has them already."""
+    if digests is None:
+        digests = [message_hash(t.content) if t.content is not None else None for t in episode.turns]
+    parts = []
+    for turn, digest in zip(episode.turns, digests):
+        parts += (_role_bytes(turn.role), b"\x00", digest or b"-")
+    return hashlib.sha256(b"".join(parts)).hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _role_bytes(role: str) -> bytes:
+    # A handful of distinct roles, each seen on every turn: encode each once.
+    return to_bytes(role)
+
+
+@dataclass
+class Batch:
+    # (run_key, trial_name, values): values has every TRIAL_FIELDS column except that
+    # instruction_id is the instruction's message hash, plus task_name, status and detail.
+    trials: list[tuple[str, str, dict[str, Any]]]
+    # Every distinct text of the batch: hash -> (content, content_raw, n_chars).
+    messages: dict[bytes, tuple[str, bytes | None, int]]
+    # (trial position in `trials`, trace_source, episode_index, row_number or None, n_turns,
+    #  n_chars, conversation_hash, extra, position of its first turn in `turns`)
+    episodes: list[tuple[int, str, int, int | None, int, int, str, dict | None, int]]
+    # (role, message hash or None, extra): every episode's turns, one after the other.
+    turns: list[tuple[str, bytes | None, dict | None]]
+    rejected: list[Rejected] = field(default_factory=list)
+    n_bytes: int = 0  # bytes of the source this batch was read from
+
+
+def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes: int = 0) -> Batch:
+    sha256 = hashlib.sha256
+    messages: dict[bytes, tuple[str, bytes | None, int]] = {}
+
+    def digest(text: str | None) -> bytes | None:
+        if text is None:
+            return None
+        h = sha256(text.encode("utf-8", "surrogatepass")).digest()
+        if h not in messages:
+            safe, raw = split_text(text)
+            messages[h] = (safe, raw, len(text))
+        return h
+
+    out_trials = []
+    episodes = []
+    turns: list[tuple[str, bytes | None, dict | None]] = []
+    for position, t in enumerate(trials):
+        out_trials.append((t.run_key, t.trial_name, _trial_values(t, digest(t.instruction))))
+        for ep in t.episodes:
+            digests = [digest(turn.content) for turn in ep.turns]
+            n_chars = sum(len(turn.content) for turn in ep.turns if turn.content is not None)
+            episodes.append((position, ep.trace_source, ep.episode_index, ep.row_number, len(ep.turns), n_chars,
+                             conversation_hash(ep, digests), ep.extra, len(turns)))
+            turns += [(turn.role, h, turn.extra) for turn, h in zip(ep.turns, digests)]
+    return Batch(out_trials, messages, episodes, turns, list(rejected or ()), n_bytes)
+
+
+def _trial_values(t: Trial, instruction: bytes | None) -> dict[str, Any]:
+    texts, exact = safe_columns(dict(verifier_output=t.verifier_output, exception_message=t.exception_message))
+    detail = dict(t.detail or {})
+    if exact:
+        detail[RAW_TEXT] = exact
+    return dict(
+        task_name=t.task_name, status=t.status, agent=t.agent, agent_version=t.agent_version,
+        model=t.model, model_provider=t.model_provider, result=t.result, reward=t.reward,
+        rewards=t.rewards, exception_type=t.exception_type, exception_message=texts["exception_message"],
+        started_at=t.started_at, finished_at=t.finished_at, date_raw=t.date_raw,
+        n_input_tokens=t.n_input_tokens, n_cache_tokens=t.n_cache_tokens,
+        n_output_tokens=t.n_output_tokens, cost_usd=t.cost_usd, verifier_output=texts["verifier_output"],
+        instruction_id=instruction, task_checksum=t.task_checksum, source_run_id=t.source_run_id,
+        detail=detail or None,
+    )
