@@ -13,7 +13,6 @@ and it exits. Without `fork` (not Linux), the generator simply runs in this proc
 
 from __future__ import annotations
 
-import fcntl
 import multiprocessing
 import pickle
 from collections.abc import Callable, Iterator
@@ -66,8 +65,10 @@ PIPE_BYTES = 1 << 20
 
 def _widen(connection) -> None:
     try:
+        import fcntl
+
         fcntl.fcntl(connection.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    except (AttributeError, OSError):
+    except (ImportError, AttributeError, OSError):
         pass  # not Linux, or a lower limit: the default size works, only slower
 
 

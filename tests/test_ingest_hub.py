@@ -357,3 +357,45 @@ def test_hub_id_resolves_from_the_local_cache_offline(db_url, tmp_path):
     assert _scalar(engine, "SELECT kind || ' ' || uri || ' ' || revision FROM sources") == (
         "hub org/cached " + "0123abcd" * 5)
     engine.dispose()
+
+
+def test_a_unit_larger_than_its_caches_still_stores_each_row_once(engine, tmp_path, monkeypatch):
+    # A first load skips lookups while its caches hold every row of the (empty) tables; once
+    # a cache is dropped, the rows it held must be found in the database again.
+    from ingest import hub, writer
+
+    monkeypatch.setattr(hub, "BATCH_ROWS", 4)
+    monkeypatch.setattr(writer, "MESSAGE_CACHE", 6)
+    monkeypatch.setattr(writer, "TRIAL_CACHE", 3)
+    monkeypatch.setattr(writer, "EPISODE_CACHE", 3)
+    shared = [("system", "You are a helpful agent."), ("user", "Solve the task.")]
+    rows = [hub_row(f"task{i % 5}__{i % 7}", i % 3, [*shared, ("assistant", f"answer {i % 11}")])
+            for i in range(60)]
+    _dataset(tmp_path / "ds", rows)
+    summary = ingest(engine, [str(tmp_path / "ds")])
+    assert summary.errors == []
+    distinct_texts = {c for row in rows for c in (m["content"] for m in row["conversations"])}
+    distinct_episodes = {(row["trial_name"], row["episode"]) for row in rows}
+    c = counts(engine)
+    assert c["messages"] == len(distinct_texts)  # the verifier output is a trial column, not a message
+    assert c["trials"] == len({row["trial_name"] for row in rows})
+    assert c["episodes"] == len(distinct_episodes)
+    assert c["episode_loads"] == len(rows)
+
+
+def test_reference_checks_are_off_only_inside_an_ingest_unit(tmp_path):
+    from warehouse.db.engine import make_engine, resolve_url
+    from warehouse.db.session import write_transaction
+
+    engine = make_engine(resolve_url(str(tmp_path / "w.db")))
+    schema.upgrade(engine)
+    try:
+        with write_transaction(engine, check_references=False) as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 0
+        # The same pooled connection, in the next transaction: checked again.
+        with write_transaction(engine) as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+    finally:
+        engine.dispose()

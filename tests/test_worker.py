@@ -1,0 +1,72 @@
+"""The reader process: items arrive in order, its errors are raised here, its death is
+reported, and it is stopped when the consumer stops early."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from ingest.worker import WorkerDied, in_worker
+
+
+def _count(n: int):
+    for i in range(n):
+        yield {"i": i, "pid": os.getpid(), "text": "é\x00" * i}
+
+
+def test_items_arrive_in_order_from_another_process():
+    items = list(in_worker(_count, 50))
+    assert [item["i"] for item in items] == list(range(50))
+    assert items[3]["text"] == "é\x00" * 3
+    assert {item["pid"] for item in items} != {os.getpid()}
+
+
+def _fails_after(n: int):
+    yield from range(n)
+    raise ValueError("row 7: episode 'x' is not 'episode-N'")
+
+
+def test_an_error_in_the_worker_is_raised_here_with_its_message():
+    seen = []
+    with pytest.raises(ValueError, match="row 7: episode 'x'"):
+        for item in in_worker(_fails_after, 3):
+            seen.append(item)
+    assert seen == [0, 1, 2]
+
+
+def _dies():
+    yield 1
+    os._exit(3)
+
+
+def test_a_worker_that_dies_is_reported():
+    with pytest.raises(WorkerDied, match="exit code 3"):
+        list(in_worker(_dies))
+
+
+def _forever(path: str):
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    i = 0
+    while True:
+        yield i
+        i += 1
+
+
+def test_stopping_early_stops_the_worker(tmp_path):
+    marker = tmp_path / "pid"
+    items = in_worker(_forever, str(marker))
+    assert next(items) == 0
+    items.close()
+    pid = int(marker.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.01)
+    else:
+        pytest.fail("the worker still runs after its consumer stopped")
