@@ -21,6 +21,8 @@ from typing import Any, Callable
 from sqlalchemy import Connection, LargeBinary, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
+from warehouse.db import models
+
 # Keys per lookup statement: well under SQLite's 32,766 and PostgreSQL's 65,535 parameters
 # even for three-column keys.
 LOOKUP_CHUNK = 900
@@ -32,6 +34,9 @@ WRITE_CHUNK = 5000
 PG_WRITE_LOCK = 0x7472616A  # "traj"
 
 Processor = Callable[[Any], Any] | None
+
+# Tables in foreign-key order (referenced tables first), for writing queued rows.
+_DEPENDENCY_ORDER = {table.name: i for i, table in enumerate(models.Base.metadata.sorted_tables)}
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -50,6 +55,8 @@ class Bulk:
         self._bind: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._result: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._next_id: dict[str, int] = {}
+        self._pending: dict[tuple[str, tuple[str, ...]], tuple[Table, Sequence[str], list]] = {}
+        self.pending_rows = 0
 
     # -- values in and out -------------------------------------------------------------------
 
@@ -158,10 +165,28 @@ class Bulk:
         return ids
 
     def insert(self, table: Table, cols: Sequence[str], rows: list[Sequence[Any]]) -> None:
-        """Rows the caller knows are new (it holds the write lock and looked them up)."""
+        """Queue rows the caller knows are new (it holds the write lock and looked them up).
+        flush() writes them; until then lookups do not see them, so the caller must keep
+        every queued key in its own cache (ingest.writer does)."""
         if not rows:
             return
-        data = self._encode(table, cols, rows)
+        key = (table.name, tuple(cols))
+        if key not in self._pending:
+            self._pending[key] = (table, cols, [])
+        self._pending[key][2].extend(rows)
+        self.pending_rows += len(rows)
+
+    def flush(self) -> None:
+        """Write the queued rows, parents before children. One COPY per table and flush on
+        PostgreSQL (each COPY ends in a round trip that waits for the server), a few large
+        executemany calls on SQLite."""
+        for key in sorted(self._pending, key=lambda k: _DEPENDENCY_ORDER[k[0]]):
+            table, cols, rows = self._pending[key]
+            self._write(table, cols, self._encode(table, cols, rows))
+        self._pending.clear()
+        self.pending_rows = 0
+
+    def _write(self, table: Table, cols: Sequence[str], data: list[Sequence[Any]]) -> None:
         if self.is_sqlite:
             sql = f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
             cur = self.raw.cursor()

@@ -6,6 +6,7 @@ nothing about the database."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import math
 import re
@@ -14,12 +15,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ingest.prefetch import prefetch
+from ingest.prepare import Batch, message_row, prepare, roles_and_digests_hash, trial_values
 from ingest.records import Episode, Rejected, Trial, Turn
 from warehouse.errors import first_line
 
@@ -83,45 +87,122 @@ def open_shard(path: Path) -> tuple[pq.ParquetFile, ShardInfo]:
     return pf, ShardInfo(path=path, n_rows=pf.metadata.num_rows, schema=schema)
 
 
+def read_batches(pf: pq.ParquetFile, path: Path, run_name: str, run_override: str | None,
+                 batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
+    """The shard as batches ready for the writer. The usual shape (every conversation a list
+    of {role, content} with a role, every text valid UTF-8) is prepared column by column
+    straight from Arrow; any other batch goes row by row through `rows_of`, whose checks
+    reject the rows at fault by name."""
+    row_number = 0
+    try:
+        for batch in prefetch(pf.iter_batches(batch_size=batch_rows)):
+            prepared = _columnar(batch, path, row_number, run_name, run_override)
+            if prepared is None:
+                prepared = prepare(*rows_of(batch, path, row_number, run_name, run_override), batch.nbytes)
+            yield prepared
+            row_number += batch.num_rows
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        raise ShardError(f"{path}: unreadable at row {row_number} ({first_line(exc)})") from None
+
+
 def read_rows(pf: pq.ParquetFile, path: Path, run_name: str, run_override: str | None,
               batch_rows: int = BATCH_ROWS) -> Iterator[tuple[list[Trial], list[Rejected], int]]:
     """Yield (trials, rejected rows, bytes read) per record batch. Each Trial carries the one
     episode of its row; the writer merges repeated trials."""
     row_number = 0
     try:
-        for batch in pf.iter_batches(batch_size=batch_rows):
-            names = batch.schema.names
-            # Rows whose text is not valid UTF-8 (Arrow does not check what it reads): the row
-            # is rejected naming the column, not the whole shard.
-            bad_text: dict[int, str] = {}
-            conv_column = batch.column(names.index("conversations"))
-            try:
-                conversations = decode_conversations(conv_column)
-            except UnicodeDecodeError:
-                conversations = _values_row_by_row(conv_column, "conversations", bad_text)
-                conversations = [c if i in bad_text else _conversation_or_reason(c)
-                                 for i, c in enumerate(conversations)]
-            columns = {}
-            for i, name in enumerate(names):
-                if name != "conversations":
-                    try:
-                        columns[name] = batch.column(i).to_pylist()
-                    except UnicodeDecodeError:
-                        columns[name] = _values_row_by_row(batch.column(i), name, bad_text)
-            trials: list[Trial] = []
-            rejected: list[Rejected] = []
-            for i in range(batch.num_rows):
-                row = {name: values[i] for name, values in columns.items()}
-                try:
-                    if bad_text and i in bad_text:
-                        raise RowError(bad_text[i])
-                    trials.append(map_row(row, conversations[i], row_number, run_name, run_override))
-                except RowError as exc:
-                    rejected.append(Rejected(f"{path} row {row_number}", str(exc)))
-                row_number += 1
-            yield trials, rejected, batch.nbytes
+        for batch in prefetch(pf.iter_batches(batch_size=batch_rows)):
+            yield *rows_of(batch, path, row_number, run_name, run_override), batch.nbytes
+            row_number += batch.num_rows
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise ShardError(f"{path}: unreadable at row {row_number} ({first_line(exc)})") from None
+
+
+def rows_of(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, run_override: str | None
+            ) -> tuple[list[Trial], list[Rejected]]:
+    """A record batch as Trials, one per row, and the rows that cannot be used."""
+    names = batch.schema.names
+    # Rows whose text is not valid UTF-8 (Arrow does not check what it reads): the row
+    # is rejected naming the column, not the whole shard.
+    bad_text: dict[int, str] = {}
+    conv_column = batch.column(names.index("conversations"))
+    try:
+        conversations = decode_conversations(conv_column)
+    except UnicodeDecodeError:
+        conversations = _values_row_by_row(conv_column, "conversations", bad_text)
+        conversations = [c if i in bad_text else _conversation_or_reason(c)
+                         for i, c in enumerate(conversations)]
+    columns = {}
+    for i, name in enumerate(names):
+        if name != "conversations":
+            try:
+                columns[name] = batch.column(i).to_pylist()
+            except UnicodeDecodeError:
+                columns[name] = _values_row_by_row(batch.column(i), name, bad_text)
+    trials: list[Trial] = []
+    rejected: list[Rejected] = []
+    for i in range(batch.num_rows):
+        row = {name: values[i] for name, values in columns.items()}
+        try:
+            if bad_text and i in bad_text:
+                raise RowError(bad_text[i])
+            trials.append(map_row(row, conversations[i], first_row + i, run_name, run_override))
+        except RowError as exc:
+            rejected.append(Rejected(f"{path} row {first_row + i}", str(exc)))
+    return trials, rejected
+
+
+def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, run_override: str | None
+              ) -> Batch | None:
+    """`prepare(rows_of(batch))`, computed from whole columns; None when the batch is not of
+    the usual shape. The conversations' texts are hashed and measured once each, with no
+    per-message objects in between."""
+    names = batch.schema.names
+    conv = batch.column(names.index("conversations"))
+    fields = [f.name for f in conv.type.value_type]
+    if conv.null_count or sorted(fields) != ["content", "role"] or conv.values.null_count:
+        return None
+    offsets = conv.offsets.to_pylist()
+    start = offsets[0]
+    parts = dict(zip(fields, conv.values.flatten()))
+    role_array = parts["role"].slice(start, offsets[-1] - start)
+    content_array = parts["content"].slice(start, offsets[-1] - start)
+    try:
+        roles = role_array.to_pylist()
+        contents = content_array.to_pylist()
+        columns = {name: batch.column(i).to_pylist() for i, name in enumerate(names) if name != "conversations"}
+    except UnicodeDecodeError:
+        return None
+    if None in roles or "" in roles:
+        return None
+    sha256 = hashlib.sha256
+    # Valid UTF-8 holds no lone surrogate, so strict encoding gives each text's exact bytes.
+    digests = [None if text is None else sha256(text.encode()).digest() for text in contents]
+    messages: dict[bytes, tuple[str, bytes | None, int]] = {}
+    for digest, text in zip(digests, contents):
+        if digest is not None and digest not in messages:
+            messages[digest] = (text, None, len(text)) if text.isascii() and "\x00" not in text else message_row(text)
+
+    trials, episodes = [], []
+    turns: list[tuple[str, bytes | None, None]] = []
+    for i in range(batch.num_rows):
+        row = {name: values[i] for name, values in columns.items()}
+        try:
+            trial = map_row(row, [], first_row + i, run_name, run_override)
+        except RowError:
+            return None  # the row path rejects it, without keeping its texts
+        instruction = None
+        if trial.instruction is not None:
+            instruction = sha256(trial.instruction.encode()).digest()
+            messages.setdefault(instruction, message_row(trial.instruction))
+        lo, hi = offsets[i] - start, offsets[i + 1] - start
+        ep = trial.episodes[0]
+        episodes.append((len(trials), ep.trace_source, ep.episode_index, ep.row_number, hi - lo,
+                         sum(len(text) for text in contents[lo:hi] if text is not None),
+                         roles_and_digests_hash(roles[lo:hi], digests[lo:hi]), ep.extra, len(turns)))
+        turns += zip(roles[lo:hi], digests[lo:hi], repeat(None, hi - lo))
+        trials.append((trial.run_key, trial.trial_name, trial_values(trial, instruction)))
+    return Batch(trials, messages, episodes, turns, [], batch.nbytes)
 
 
 def _values_row_by_row(column: pa.Array, name: str, bad_text: dict[int, str]) -> list[Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from ingest import trace_pipeline, writer
-from ingest.prepare import Batch, prepare
+from ingest.prepare import Batch
 from ingest.report import Progress, Summary, fail, one_unit, relative_unit
 from ingest.sources import Source, resolve
 from ingest.worker import in_worker
@@ -95,8 +95,7 @@ def _prepared_batches(shard: Path, run_name: str, run_override: str | None) -> I
     from ingest import hub
 
     pf, _ = hub.open_shard(shard)
-    for trials, rejected, nbytes in hub.read_rows(pf, shard, run_name, run_override):
-        yield prepare(trials, rejected, nbytes)
+    yield from hub.read_batches(pf, shard, run_name, run_override)
 
 
 def _shard_error(hub, shard: Path, exc: Exception) -> str | None:

@@ -36,9 +36,13 @@ def conversation_hash(episode: Episode, digests: list[bytes | None] | None = Non
     message hashes of its turns when the caller has them already."""
     if digests is None:
         digests = [message_hash(t.content) if t.content is not None else None for t in episode.turns]
+    return roles_and_digests_hash([t.role for t in episode.turns], digests)
+
+
+def roles_and_digests_hash(roles: list[str], digests: list[bytes | None]) -> str:
     parts = []
-    for turn, digest in zip(episode.turns, digests):
-        parts += (_role_bytes(turn.role), b"\x00", digest or b"-")
+    for role, digest in zip(roles, digests):
+        parts += (_role_bytes(role), b"\x00", digest or b"-")
     return hashlib.sha256(b"".join(parts)).hexdigest()
 
 
@@ -64,6 +68,12 @@ class Batch:
     n_bytes: int = 0  # bytes of the source this batch was read from
 
 
+def message_row(text: str) -> tuple[str, bytes | None, int]:
+    """(content, content_raw, n_chars): how a message's text is stored."""
+    safe, raw = split_text(text)
+    return safe, raw, len(text)
+
+
 def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes: int = 0) -> Batch:
     sha256 = hashlib.sha256
     messages: dict[bytes, tuple[str, bytes | None, int]] = {}
@@ -73,15 +83,14 @@ def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes
             return None
         h = sha256(text.encode("utf-8", "surrogatepass")).digest()
         if h not in messages:
-            safe, raw = split_text(text)
-            messages[h] = (safe, raw, len(text))
+            messages[h] = message_row(text)
         return h
 
     out_trials = []
     episodes = []
     turns: list[tuple[str, bytes | None, dict | None]] = []
     for position, t in enumerate(trials):
-        out_trials.append((t.run_key, t.trial_name, _trial_values(t, digest(t.instruction))))
+        out_trials.append((t.run_key, t.trial_name, trial_values(t, digest(t.instruction))))
         for ep in t.episodes:
             digests = [digest(turn.content) for turn in ep.turns]
             n_chars = sum(len(turn.content) for turn in ep.turns if turn.content is not None)
@@ -91,7 +100,8 @@ def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes
     return Batch(out_trials, messages, episodes, turns, list(rejected or ()), n_bytes)
 
 
-def _trial_values(t: Trial, instruction: bytes | None) -> dict[str, Any]:
+def trial_values(t: Trial, instruction: bytes | None) -> dict[str, Any]:
+    """A trial's stored columns, `instruction_id` holding its instruction's hash for now."""
     texts, exact = safe_columns(dict(verifier_output=t.verifier_output, exception_message=t.exception_message))
     detail = dict(t.detail or {})
     if exact:

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import queue
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -40,7 +43,7 @@ def in_worker(produce: Callable[..., Iterator[T]], *args: Any) -> Iterator[T]:
     try:
         while True:
             try:
-                kind, value = receive.recv()
+                kind, value = pickle.loads(receive.recv_bytes())
             except EOFError:
                 process.join()
                 raise WorkerDied(f"the reader process ended unexpectedly (exit code {process.exitcode})") from None
@@ -56,6 +59,11 @@ def in_worker(produce: Callable[..., Iterator[T]], *args: Any) -> Iterator[T]:
             process.terminate()
         process.join()
 
+
+# Items the worker may have ready before the consumer takes them: enough to keep producing
+# through a flush of the writer's queued rows, few enough to bound the memory they hold.
+AHEAD = 8
+SWITCH_INTERVAL = 0.0005  # seconds
 
 # A batch is a few megabytes; through the default 64 KiB pipe it would cross in dozens of
 # round trips between the two processes. Linux lets an unprivileged process grow a pipe up
@@ -73,16 +81,50 @@ def _widen(connection) -> None:
 
 
 def _run(send, produce: Callable[..., Iterator[Any]], args: tuple) -> None:
-    try:
-        for item in produce(*args):
-            send.send((_ITEM, item))
-        send.send((_DONE, None))
-    except BrokenPipeError:
-        return  # the consumer is gone: nothing to report to
-    except BaseException as exc:  # raised again on the consumer's side
+    """The worker: produce items, pickle them, and hand them to a sender thread, so that
+    producing goes on while the consumer is busy (writing a large flush) and not reading."""
+    # The sender and the Arrow read-ahead thread each wait for the GIL after every blocking
+    # call; at the default 5 ms switch interval that wait, behind this thread's Python, would
+    # delay every batch. Switching more often costs this process little.
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    outbox: queue.Queue[bytes | None] = queue.Queue(maxsize=AHEAD)
+    gone = threading.Event()  # the consumer closed the pipe
+
+    def sender() -> None:
         try:
-            send.send((_ERROR, exc))
-        except (pickle.PicklingError, TypeError, AttributeError):
-            send.send((_ERROR, RuntimeError(f"{type(exc).__name__}: {exc}")))
+            while (data := outbox.get()) is not None:
+                send.send_bytes(data)
+        except (BrokenPipeError, ConnectionResetError):
+            gone.set()
+
+    thread = threading.Thread(target=sender, name="ingest-reader-send", daemon=True)
+    thread.start()
+
+    def put(message: tuple) -> None:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        while not gone.is_set():
+            try:
+                outbox.put(data, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise BrokenPipeError
+
+    try:
+        try:
+            for item in produce(*args):
+                put((_ITEM, item))
+            put((_DONE, None))
+        except BrokenPipeError:
+            return  # the consumer is gone: nothing to report to
+        except BaseException as exc:  # raised again on the consumer's side
+            try:
+                put((_ERROR, exc))
+            except (pickle.PicklingError, TypeError, AttributeError):
+                put((_ERROR, RuntimeError(f"{type(exc).__name__}: {exc}")))
+        outbox.put(None)
+        thread.join()
+    except BrokenPipeError:
+        return
     finally:
         send.close()

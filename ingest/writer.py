@@ -32,6 +32,10 @@ T = {name: model.__table__ for name, model in {
     "trial_loads": models.TrialLoad, "conflicts": models.Conflict,
 }.items()}
 
+# Rows are queued and written in large statements; these bound what waits in memory.
+FLUSH_ROWS = 50_000
+FLUSH_BYTES = 32 << 20
+
 # Bounds of the per-unit caches (entries); see UnitWriter._forget_if_large.
 MESSAGE_CACHE = 200_000
 TRIAL_CACHE = 20_000
@@ -96,6 +100,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             raise AlreadyLoaded(unit_name)
         writer = UnitWriter(conn, load_id)
         yield writer
+        writer.flush()
         c = writer.counts
         c.n_trials = len(writer._linked)
         conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
@@ -124,12 +129,23 @@ class UnitWriter:
         self._episodes: dict[tuple[int, str, int], tuple[int, str]] = {}
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
         self._next_row = 0
+        self._queued_bytes = 0  # text in rows queued but not yet written
         # Tables that held no row when this unit took the write lock: every row they hold now
         # is in this unit's cache (until the cache is dropped), so a cache miss is a new row
         # and needs no lookup. A first load into an empty warehouse skips every lookup.
-        self._fresh = {name for name in ("messages", "trials", "episodes") if self.bulk.is_empty(T[name])}
+        self._fresh = {name for name in ("runs", "tasks", "messages", "trials", "episodes") if self.bulk.is_empty(T[name])}
 
     # -- public ------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write every queued row."""
+        self.bulk.flush()
+        self._queued_bytes = 0
+
+    def _execute(self, statement):
+        """A statement of its own: queued rows are written first, so it sees them."""
+        self.flush()
+        return self.conn.execute(statement)
 
     def reject(self, rejected: Rejected) -> None:
         self.counts.n_rejected += 1
@@ -144,10 +160,10 @@ class UnitWriter:
                                             finished_at=run.finished_at, detail=run.detail).items()
                       if v is not None}
             if values:
-                existing = self.conn.execute(select(runs_t).where(runs_t.c.id == self._run_ids[run.run_key])).one()
+                existing = self._execute(select(runs_t).where(runs_t.c.id == self._run_ids[run.run_key])).one()
                 fill = {k: v for k, v in values.items() if getattr(existing, k) is None}
                 if fill:
-                    self.conn.execute(update(runs_t).where(runs_t.c.id == existing.id).values(**fill))
+                    self._execute(update(runs_t).where(runs_t.c.id == existing.id).values(**fill))
 
     def add_trials(self, trials: list[Trial], run_names: dict[str, str] | None = None) -> None:
         """Write a batch of trials and their episodes."""
@@ -165,11 +181,20 @@ class UnitWriter:
         self._ensure_messages(batch.messages)
         trial_ids = self._ensure_trials(batch.trials)
         self._write_episodes(batch, trial_ids)
+        if self.bulk.pending_rows >= FLUSH_ROWS or self._queued_bytes >= FLUSH_BYTES:
+            self.flush()
 
     def _forget_if_large(self) -> None:
         """The caches hold what this unit has seen; past a bound they are dropped so memory
         stays flat however large the unit. The database (same transaction) still has it all:
-        a miss costs a lookup, never correctness."""
+        a miss costs a lookup, never correctness.
+
+        Queued rows are written before any cache is dropped: every row not written yet is
+        then in a cache, and a lookup (which only sees written rows) is only made for keys
+        the caches do not hold."""
+        if max(len(self._message_ids) - MESSAGE_CACHE, len(self._trial_ids) - TRIAL_CACHE,
+               len(self._episodes) - EPISODE_CACHE) > 0:
+            self.flush()
         if len(self._message_ids) > MESSAGE_CACHE:
             self._message_ids.clear()
             self._fresh.discard("messages")
@@ -222,8 +247,10 @@ class UnitWriter:
         new = self._ensure(T["messages"], "content_hash", self._message_ids, messages,
                            ["content", "content_raw", "n_chars"])
         # Bytes of text this unit added: only the messages it created, not those it found.
-        self.counts.n_bytes += sum(len(raw) if raw is not None else len(safe) if safe.isascii() else len(safe.encode())
-                                   for safe, raw, _ in new.values())
+        added = sum(len(raw) if raw is not None else len(safe) if safe.isascii() else len(safe.encode())
+                    for safe, raw, _ in new.values())
+        self.counts.n_bytes += added
+        self._queued_bytes += added
 
     # -- trials -------------------------------------------------------------------------------
 
@@ -284,7 +311,7 @@ class UnitWriter:
         if incoming.get("detail") and incoming["detail"] != kept.get("detail"):
             fill["detail"] = {**(incoming["detail"] or {}), **(kept.get("detail") or {})}
         if fill:
-            self.conn.execute(update(T["trials"]).where(T["trials"].c.id == trial_id).values(**fill))
+            self._execute(update(T["trials"]).where(T["trials"].c.id == trial_id).values(**fill))
             kept.update(fill)
 
     # -- episodes -----------------------------------------------------------------------------

@@ -399,3 +399,28 @@ def test_reference_checks_are_off_only_inside_an_ingest_unit(tmp_path):
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("profile", ["tiny", "tb", "math"])
+def test_column_wise_reading_prepares_what_row_by_row_reading_does(tmp_path, profile):
+    from ingest import hub
+    from ingest.prepare import prepare
+
+    generate_dataset(tmp_path / "ds", profile, episodes="all" if profile == "tb" else "last", shards=1, seed=5,
+                     scale=0.05 if profile != "tiny" else 1.0)
+    odd = [hub_row("odd__1", 0, [("user", "nul \x00 inside"), ("assistant", "ünïcødé ✓"), ("tool", "")]),
+           hub_row("odd__1", 1, [("user", "nul \x00 inside"), ("assistant", None)], instruction="do \x00 it")]
+    _dataset(tmp_path / "odd", odd)
+    shards = [*sorted((tmp_path / "ds" / "data").glob("*.parquet")), *sorted((tmp_path / "odd" / "data").glob("*.parquet"))]
+    compared = 0
+    for shard in shards:
+        pf, _ = hub.open_shard(shard)
+        first = 0
+        for batch in pf.iter_batches(batch_size=7):
+            columnar = hub._columnar(batch, shard, first, "name", None)
+            assert columnar is not None
+            expected = prepare(*hub.rows_of(batch, shard, first, "name", None), batch.nbytes)
+            assert columnar == expected
+            compared += 1
+            first += batch.num_rows
+    assert compared > 3

@@ -19,7 +19,8 @@ ENV_VAR = "WAREHOUSE_DB"
 
 # A second writer on SQLite waits this long for the lock instead of failing at once.
 SQLITE_BUSY_TIMEOUT_MS = 60_000
-SQLITE_CACHE_KIB = 65536
+SQLITE_CACHE_KIB = 64 * 1024
+SQLITE_PAGE_BYTES = 16384
 
 
 def resolve_url(db: str | None = None) -> URL:
@@ -79,6 +80,9 @@ def _sqlite_engine(url: URL, for_migrations: bool) -> Engine:
     def _on_connect(dbapi_conn, _record):
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        # Large pages hold a typical message without overflow pages: loads are faster and files
+        # smaller. Only a new, empty file takes it (before WAL, which fixes the page size).
+        cur.execute(f"PRAGMA page_size = {SQLITE_PAGE_BYTES}")
         # WAL lets readers work while an ingest writes; NORMAL is durable across application
         # crashes (the only kind the ledger must survive) and much faster than FULL.
         _switch_to_wal(cur)
