@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from dataclasses import dataclass, field
+from datetime import timezone
 from pathlib import Path
 
 from ingest import hub
@@ -31,8 +32,8 @@ class NormalizedRows:
         "runs": ("id", "run_key"),
         "tasks": ("id", "name"),
         "trials": ("id", "run_id", "task_id", "trial_name", "status", "agent", "model", "model_provider",
-                   "result", "reward", "exception_type", "date_raw", "verifier_output", "instruction_id",
-                   "source_run_id"),
+                   "result", "reward", "exception_type", "started_at", "date_raw", "verifier_output",
+                   "instruction_id", "source_run_id"),
         "episodes": ("id", "trial_id", "trace_source", "episode_index", "n_turns", "n_chars", "conversation_hash"),
         "turns": ("episode_id", "idx", "role", "message_id"),
         "messages": ("id", "content_hash", "content", "content_raw", "n_chars"),
@@ -70,7 +71,8 @@ def normalize(shards: list[Path], dataset_name: str) -> NormalizedRows:
                 instruction_id = message(t.instruction) if t.instruction is not None else None
                 trial_id = id_of("trials", (run_id, t.trial_name), lambda i: (
                     i, run_id, task_id, t.trial_name, t.status, t.agent, t.model, t.model_provider, t.result,
-                    t.reward, t.exception_type, t.date_raw, t.verifier_output, instruction_id, t.source_run_id))
+                    t.reward, t.exception_type, _sqlite_timestamp(t.started_at), t.date_raw, t.verifier_output,
+                    instruction_id, t.source_run_id))
                 for ep in t.episodes:
                     key = (trial_id, ep.trace_source, ep.episode_index)
                     if key in ids["episodes"]:
@@ -83,6 +85,11 @@ def normalize(shards: list[Path], dataset_name: str) -> NormalizedRows:
                         out.turns.append((episode_id, idx, turn.role,
                                           message(turn.content) if turn.content is not None else None))
     return out
+
+
+def _sqlite_timestamp(value):
+    # As the warehouse stores it on SQLite (UTC, no offset); PostgreSQL's COPY takes it the same way.
+    return None if value is None else value.astimezone(timezone.utc).replace(tzinfo=None).isoformat(sep=" ")
 
 
 def sqlite_floor(rows: NormalizedRows, db_path: Path) -> None:
@@ -134,8 +141,8 @@ def distinct_text_bytes(rows: NormalizedRows) -> int:
     total = sum(len(raw) if raw is not None else len(text.encode()) for _, _, text, raw, _ in rows.messages)
     seen: set[bytes] = set()
     for trial in rows.trials:
-        if trial[12] is not None:
-            data = trial[12].encode("utf-8", "surrogatepass")
+        if trial[13] is not None:
+            data = trial[13].encode("utf-8", "surrogatepass")
             digest = hashlib.sha256(data).digest()
             if digest not in seen:
                 seen.add(digest)

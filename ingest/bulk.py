@@ -30,6 +30,11 @@ LOOKUP_CHUNK = 900
 PG_LOOKUP_CHUNK = 20_000
 # Rows per executemany call; bounds the memory of one statement's parameters.
 WRITE_CHUNK = 5000
+# Queued rows (and bytes of their text) that make a PostgreSQL flush.
+PG_FLUSH_ROWS = 50_000
+PG_FLUSH_BYTES = 32 << 20
+# Ids fetched from a PostgreSQL sequence in one round trip.
+PG_ID_BLOCK = 10_000
 # The advisory lock key every PostgreSQL writer takes (any constant unique to this tool).
 PG_WRITE_LOCK = 0x7472616A  # "traj"
 
@@ -55,6 +60,7 @@ class Bulk:
         self._bind: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._result: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._next_id: dict[str, int] = {}
+        self._spare_ids: dict[str, list[int]] = {}
         self._pending: dict[tuple[str, tuple[str, ...]], tuple[Table, Sequence[str], list]] = {}
         self.pending_rows = 0
 
@@ -158,10 +164,17 @@ class Bulk:
             self._next_id[table.name] = start + n
             cur.close()
             return list(range(start, start + n))
-        cur.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-                    (table.name, n))
-        ids = [r[0] for r in cur.fetchall()]
+        # PostgreSQL: ids come from the table's sequence, fetched a block at a time so a unit
+        # of many batches makes a few round trips, not one per batch. Ids left over when the
+        # unit ends are gaps, as after any rollback.
+        spare = self._spare_ids.setdefault(table.name, [])
+        if len(spare) < n:
+            cur.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+                        (table.name, max(n - len(spare), PG_ID_BLOCK)))
+            spare += [r[0] for r in cur.fetchall()]
         cur.close()
+        ids = spare[:n]
+        del spare[:n]
         return ids
 
     def insert(self, table: Table, cols: Sequence[str], rows: list[Sequence[Any]]) -> None:
@@ -175,6 +188,14 @@ class Bulk:
             self._pending[key] = (table, cols, [])
         self._pending[key][2].extend(rows)
         self.pending_rows += len(rows)
+
+    def should_flush(self, queued_text_bytes: int) -> bool:
+        """Whether the queued rows should be written now. SQLite writes in process, so each
+        batch's rows go at once; PostgreSQL pays a round trip per COPY, so rows wait for a
+        large flush, within a bound on the memory they hold."""
+        if self.is_sqlite:
+            return True
+        return self.pending_rows >= PG_FLUSH_ROWS or queued_text_bytes >= PG_FLUSH_BYTES
 
     def flush(self) -> None:
         """Write the queued rows, parents before children. One COPY per table and flush on
@@ -194,8 +215,11 @@ class Bulk:
                 cur.executemany(sql, chunk)
             cur.close()
             return
+        from psycopg.copy import QueuedLibpqWriter
+
         with self.raw.cursor() as cur:
-            with cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN") as copy:
+            # The queued writer sends from a thread while rows are still being formatted here.
+            with cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN", writer=QueuedLibpqWriter(cur)) as copy:
                 for row in data:
                     copy.write_row(row)
 

@@ -14,7 +14,7 @@ from ingest import trace_pipeline, writer
 from ingest.prepare import Batch
 from ingest.report import Progress, Summary, fail, one_unit, relative_unit
 from ingest.sources import Source, resolve
-from ingest.worker import in_worker
+from ingest.worker import Reader
 from warehouse.errors import WarehouseError
 
 HASH_CHUNK = 1 << 20
@@ -43,21 +43,23 @@ def ingest(
     progress = progress or Progress()
     summary = Summary()
     started = time.perf_counter()
-    for spec in specs:
-        try:
-            source = resolve(spec)
-        except WarehouseError as exc:
-            fail(summary, str(exc), warn)
-            continue
-        if source.kind == "traces":
-            trace_pipeline.ingest_traces(engine, source, run, summary, progress, warn)
-        else:
-            _ingest_parquet(engine, source, run, keep_going, summary, progress, warn)
+    with Reader() as reader:
+        for spec in specs:
+            try:
+                source = resolve(spec)
+            except WarehouseError as exc:
+                fail(summary, str(exc), warn)
+                continue
+            if source.kind == "traces":
+                trace_pipeline.ingest_traces(engine, source, run, summary, progress, warn)
+            else:
+                _ingest_parquet(engine, reader, source, run, keep_going, summary, progress, warn)
     summary.seconds = time.perf_counter() - started
     return summary
 
 
-def _ingest_parquet(engine, source: Source, run, keep_going, summary: Summary, progress, warn) -> None:
+def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, summary: Summary, progress,
+                    warn) -> None:
     # pyarrow is imported here, not at the top: a re-ingest that skips every shard never needs it.
     from ingest import hub
 
@@ -78,7 +80,7 @@ def _ingest_parquet(engine, source: Source, run, keep_going, summary: Summary, p
                 progress.start(shard.name, info.n_rows)
                 with writer.unit(engine, source_id, relative_unit(shard, source.root), content_hash,
                                  hub.schema_json(info.schema)) as unit:
-                    for batch in in_worker(_prepared_batches, shard, source.name, run):
+                    for batch in reader.run(_prepared_batches, shard, source.name, run):
                         if batch.rejected and not keep_going:
                             first = batch.rejected[0]
                             raise hub.ShardError(f"{first.where}: {first.reason}")

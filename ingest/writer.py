@@ -32,10 +32,6 @@ T = {name: model.__table__ for name, model in {
     "trial_loads": models.TrialLoad, "conflicts": models.Conflict,
 }.items()}
 
-# Rows are queued and written in large statements; these bound what waits in memory.
-FLUSH_ROWS = 50_000
-FLUSH_BYTES = 32 << 20
-
 # Bounds of the per-unit caches (entries); see UnitWriter._forget_if_large.
 MESSAGE_CACHE = 200_000
 TRIAL_CACHE = 20_000
@@ -181,7 +177,7 @@ class UnitWriter:
         self._ensure_messages(batch.messages)
         trial_ids = self._ensure_trials(batch.trials)
         self._write_episodes(batch, trial_ids)
-        if self.bulk.pending_rows >= FLUSH_ROWS or self._queued_bytes >= FLUSH_BYTES:
+        if self.bulk.should_flush(self._queued_bytes):
             self.flush()
 
     def _forget_if_large(self) -> None:

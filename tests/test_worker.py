@@ -8,7 +8,12 @@ import time
 
 import pytest
 
-from ingest.worker import WorkerDied, in_worker
+from ingest.worker import Reader, WorkerDied
+
+
+def in_worker(produce, *args):
+    with Reader() as reader:
+        yield from reader.run(produce, *args)
 
 
 def _count(n: int):
@@ -70,3 +75,14 @@ def test_stopping_early_stops_the_worker(tmp_path):
         time.sleep(0.01)
     else:
         pytest.fail("the worker still runs after its consumer stopped")
+
+
+def test_one_reader_serves_several_jobs_and_exits_by_itself():
+    with Reader() as reader:
+        first = list(reader.run(_count, 3))
+        process = reader._process
+        second = list(reader.run(_count, 2))
+    assert [i["i"] for i in first + second] == [0, 1, 2, 0, 1]
+    assert {i["pid"] for i in first} == {i["pid"] for i in second}  # the same process
+    # Closing the job pipe is enough for it to exit (it was not terminated).
+    assert process.exitcode == 0

@@ -19,7 +19,7 @@ ENV_VAR = "WAREHOUSE_DB"
 
 # A second writer on SQLite waits this long for the lock instead of failing at once.
 SQLITE_BUSY_TIMEOUT_MS = 60_000
-SQLITE_CACHE_KIB = 64 * 1024
+SQLITE_CACHE_KIB = 16 * 1024
 SQLITE_PAGE_BYTES = 16384
 
 
