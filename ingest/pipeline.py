@@ -60,9 +60,6 @@ def ingest(
 
 def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, summary: Summary, progress,
                     warn) -> None:
-    # pyarrow is imported here, not at the top: a re-ingest that skips every shard never needs it.
-    from ingest import hub
-
     source_id = writer.ensure_source(engine, source.kind, source.uri, source.name, source.revision, source.card)
     run_key = run or source.name
     for shard in source.shards:
@@ -74,6 +71,9 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
         if writer.is_loaded(engine, source_id, content_hash):
             summary.units_skipped += 1
             continue
+        # pyarrow is imported here, not at the top: a re-ingest that skips every shard never needs it.
+        from ingest import hub
+
         with one_unit(summary, warn, shard, lambda exc: _shard_error(hub, shard, exc)):
             try:
                 pf, info = hub.open_shard(shard)

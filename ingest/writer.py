@@ -130,6 +130,10 @@ class UnitWriter:
         # is in this unit's cache (until the cache is dropped), so a cache miss is a new row
         # and needs no lookup. A first load into an empty warehouse skips every lookup.
         self._fresh = {name for name in ("runs", "tasks", "messages", "trials", "episodes") if self.bulk.is_empty(T[name])}
+        # Runs and trials this unit created (while their children's cache is whole): a trial
+        # of a new run, or an episode of a new trial, can only come from this unit, so a cache
+        # miss under one is a new row too.
+        self._created: dict[str, set[int]] = {"runs": set(), "trials": set()}
 
     # -- public ------------------------------------------------------------------------------
 
@@ -198,13 +202,22 @@ class UnitWriter:
             self._trial_ids.clear()
             self._trial_values.clear()
             self._fresh.discard("trials")
+            self._created["runs"].clear()
         if len(self._episodes) > EPISODE_CACHE:
             self._episodes.clear()
             self._fresh.discard("episodes")
+            self._created["trials"].clear()
 
-    def _lookup(self, table, key_cols: list[str], keys: list[tuple], value_cols: list[str]) -> dict[tuple, tuple]:
-        """Stored rows for keys missing from the cache; none to look for in a fresh table."""
-        if table.name in self._fresh or not keys:
+    def _lookup(self, table, key_cols: list[str], keys: list[tuple], value_cols: list[str],
+                parent: str | None = None) -> dict[tuple, tuple]:
+        """Stored rows for keys missing from the cache: none in a fresh table, nor under a
+        `parent` (the key's first column) this unit created."""
+        if table.name in self._fresh:
+            return {}
+        if parent is not None:
+            created = self._created[parent]
+            keys = [key for key in keys if key[0] not in created]
+        if not keys:
             return {}
         return self.bulk.lookup(table, key_cols, keys, value_cols)
 
@@ -216,6 +229,8 @@ class UnitWriter:
         ids = self.bulk.allocate_ids(table, len(rows))
         self.bulk.insert(table, ["id", *key_cols, *other_cols],
                          [(row_id, *key, *values) for row_id, (key, values) in zip(ids, rows.items())])
+        if table.name in self._created:
+            self._created[table.name].update(ids)
         return dict(zip(rows, ids))
 
     def _ensure(self, table, key_col: str, cache: dict, rows: dict[Any, tuple], other_cols: list[str]
@@ -263,7 +278,7 @@ class UnitWriter:
         new: dict[tuple, dict[str, Any]] = {}
         if unknown:
             trials_t = T["trials"]
-            found = self._lookup(trials_t, ["run_id", "trial_name"], unknown, ["id", *TRIAL_COLUMNS])
+            found = self._lookup(trials_t, ["run_id", "trial_name"], unknown, ["id", *TRIAL_COLUMNS], parent="runs")
             for key, values in found.items():
                 stored = dict(zip(["id", *TRIAL_COLUMNS], values))
                 self._trial_ids[key] = stored["id"]
@@ -326,7 +341,7 @@ class UnitWriter:
         episodes_t = T["episodes"]
         key_cols = ["trial_id", "trace_source", "episode_index"]
         unknown = [key for key, *_ in keyed if key not in self._episodes]
-        found = self._lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash"])
+        found = self._lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash"], parent="trials")
         self._episodes.update({k: (v[0], v[1]) for k, v in found.items()})
         new: dict[tuple, tuple] = {}
         for key, _, (*_, n_turns, n_chars, chash, extra, _) in keyed:

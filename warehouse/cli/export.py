@@ -9,8 +9,6 @@ import typer
 
 from warehouse.cli.app import app as root
 from warehouse.cli.context import state
-from warehouse.export import export_hub
-from warehouse.export_tables import export_tables
 
 app = typer.Typer(no_args_is_help=True, help="Write warehouse contents out as Parquet.")
 root.add_typer(app, name="export")
@@ -37,6 +35,8 @@ def hub(
     By run (or, without --run and --source, every run), each episode once, under the union of
     the schemas of the shards it came from."""
     engine = state(ctx).ready_engine()
+    from warehouse.export import export_hub  # pyarrow: imported by the commands that use it
+
     info = export_hub(engine, out, runs=run, sources=source, force=force)
     for note in info.notes:
         typer.echo(f"warning: {note}", err=True)
@@ -50,6 +50,8 @@ def tables(ctx: typer.Context, out: Out, force: Force = False) -> None:
     Run-scoped tables (trials, episodes, turns, episode_loads, trial_loads) are partitioned Hive
     style by run_id=<runs.id>/; the others are plain folders of part-*.parquet files."""
     engine = state(ctx).ready_engine()
+    from warehouse.export_tables import export_tables
+
     info = export_tables(engine, out, force=force)
     summary = ", ".join(f"{name} {n}" for name, n in info.rows.items())
     typer.echo(f"wrote {out}: {sum(info.files.values())} files; rows: {summary}", err=True)
