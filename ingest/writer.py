@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, select, update
 
 from ingest import bulk
 from ingest.records import Episode, Rejected, Run, Trial
-from warehouse import __version__
+from warehouse import __version__, summaries
 from warehouse.db import models
 from warehouse.db.session import write_transaction
 from warehouse.texts import RAW_TEXT, safe_columns, split_text, to_bytes
@@ -118,6 +118,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             raise AlreadyLoaded(unit_name)
         writer = UnitWriter(conn, load_id)
         yield writer
+        summaries.refresh(conn, writer.load_id, writer.touched_trials)
         c = writer.counts
         c.n_trials = len(writer._linked)
         conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
@@ -145,6 +146,7 @@ class UnitWriter:
         self._trial_values: dict[int, dict[str, Any]] = {}
         self._episodes: dict[tuple[int, str, int], tuple[int, str]] = {}
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
+        self.touched_trials: set[int] = set()  # inserted, filled in or given episodes: to summarize
         self._next_row = 0
         self._hashes: dict[str, bytes] = {}
 
@@ -287,6 +289,7 @@ class UnitWriter:
                 for key, trial_id in ids.items():
                     self._trial_ids[key] = trial_id
                     self._trial_values[trial_id] = dict(new[key], id=trial_id)
+                self.touched_trials.update(ids.values())
             link = [self._trial_ids[k] for k in unknown if self._trial_ids[k] not in self._linked]
             self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"], [(i, self.load_id) for i in link])
             self._linked.update(link)
@@ -318,6 +321,7 @@ class UnitWriter:
         if fill:
             self.conn.execute(update(T["trials"]).where(T["trials"].c.id == trial_id).values(**fill))
             kept.update(fill)
+            self.touched_trials.add(trial_id)
 
     # -- episodes -----------------------------------------------------------------------------
 
@@ -348,6 +352,7 @@ class UnitWriter:
             for key, ep_id in ids.items():
                 self._episodes[key] = (ep_id, new[key][2])
             inserted = set(ids)
+            self.touched_trials.update(trial_id for trial_id, _, _ in ids)
         turn_rows = []
         provenance = []
         message_ids = self._message_ids

@@ -1,0 +1,137 @@
+"""The summary tables the canned queries read (see warehouse.db.models): trial_lengths,
+run_task_breakdown, run_task_outcomes and run_sources, kept exact as units are written.
+
+Every unit calls refresh() in its own transaction, after its rows and before its ledger row, so
+the summaries are never behind what the ledger says is loaded and a crash leaves neither half
+written. A refresh recomputes, from the base tables, only what the unit can have changed: the
+lengths of the trials it touched, the outcomes of every (run, task) those trials are in, and
+the sources of the runs its trials belong to. Nothing else already loaded is read again.
+
+Migration 0004 fills the same tables from existing data with its own copy of these statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlalchemy import BigInteger, Column, Connection, MetaData, Table, insert, text
+
+# A trial succeeds in the summaries when its reward is at least this: the canned queries'
+# default --threshold. Any other threshold is answered from the base tables.
+SUCCESS_THRESHOLD = 1.0
+
+# The touched trials and their (run, task) keys are staged in temporary tables, so the statements
+# below stay plain SQL on both backends however many trials a unit touched.
+_STAGE = (
+    "CREATE TEMPORARY TABLE IF NOT EXISTS summary_trials (trial_id BIGINT PRIMARY KEY)",
+    "CREATE TEMPORARY TABLE IF NOT EXISTS summary_keys (run_id BIGINT NOT NULL, task_id BIGINT)",
+    "DELETE FROM summary_trials",
+    "DELETE FROM summary_keys",
+)
+_TOUCHED = Table("summary_trials", MetaData(), Column("trial_id", BigInteger))  # for the bulk insert
+
+# Every (run, task) a touched trial is in, and its run's unknown task: a trial's task can be
+# filled in later (never changed), so that is the one key it may have left.
+_KEYS = """
+INSERT INTO summary_keys (run_id, task_id)
+SELECT tr.run_id, tr.task_id FROM summary_trials t JOIN trials tr ON tr.id = t.trial_id
+UNION
+SELECT tr.run_id, NULL FROM summary_trials t JOIN trials tr ON tr.id = t.trial_id
+"""
+
+
+def _under_keys(table: str, columns: str) -> str:
+    """The rows of `table` (alias x) under a staged key. A NULL task equals nothing, so unknown
+    tasks are matched on their own: two indexed joins rather than one OR no index serves."""
+    return f"""
+        SELECT {columns} FROM summary_keys k
+        JOIN {table} x ON x.run_id = k.run_id AND x.task_id = k.task_id
+        UNION ALL
+        SELECT {columns} FROM summary_keys k
+        JOIN {table} x ON x.run_id = k.run_id AND x.task_id IS NULL
+        WHERE k.task_id IS NULL"""
+
+
+_TRIAL_LENGTHS = (
+    "DELETE FROM trial_lengths WHERE trial_id IN (SELECT trial_id FROM summary_trials)",
+    # The longest main episode is the whole trajectory: an export of every episode repeats the
+    # earlier ones as prefixes. Ties go to the later episode, as in queries/lengths.sql.
+    """
+    INSERT INTO trial_lengths (trial_id, run_id, turns, chars, input_tokens, output_tokens)
+    SELECT tr.id, tr.run_id, e.n_turns, e.n_chars, tr.n_input_tokens, tr.n_output_tokens
+    FROM summary_trials t
+    JOIN trials tr ON tr.id = t.trial_id
+    LEFT JOIN episodes e ON e.id = (
+        SELECT longest.id FROM episodes longest
+        WHERE longest.trial_id = tr.id AND longest.trace_source = 'main'
+        ORDER BY longest.n_turns DESC, longest.episode_index DESC
+        LIMIT 1)
+    """,
+)
+
+_OUTCOME_COLUMNS = (
+    "n_trials, n_complete, n_incomplete, n_successes, n_rewards, reward_sum, first_started, "
+    "last_started, n_with_trajectory, n_with_input_tokens, n_with_output_tokens"
+)
+
+# From the trials, through the covering index ix_trials_outcomes; lengths from trial_lengths,
+# refreshed first.
+_BREAKDOWN = (
+    f"DELETE FROM run_task_breakdown WHERE id IN ({_under_keys('run_task_breakdown', 'x.id')})",
+    f"""
+    INSERT INTO run_task_breakdown (run_id, task_id, agent, model, exception_type, {_OUTCOME_COLUMNS})
+    WITH keyed AS ({_under_keys('trials', 'x.id, x.run_id, x.task_id, x.agent, x.model, '
+                                          'x.exception_type, x.status, x.reward, x.started_at')})
+    SELECT t.run_id, t.task_id, t.agent, t.model, t.exception_type,
+           count(*),
+           sum(CASE WHEN t.status = 'complete' THEN 1 ELSE 0 END),
+           sum(CASE WHEN t.status = 'incomplete' THEN 1 ELSE 0 END),
+           sum(CASE WHEN t.reward >= {SUCCESS_THRESHOLD} THEN 1 ELSE 0 END),
+           count(t.reward), sum(t.reward), min(t.started_at), max(t.started_at),
+           count(l.turns), count(l.input_tokens), count(l.output_tokens)
+    FROM keyed t
+    JOIN trial_lengths l ON l.trial_id = t.id
+    GROUP BY t.run_id, t.task_id, t.agent, t.model, t.exception_type
+    """,
+)
+
+# The breakdown summed per (run, task), refreshed just before.
+_OUTCOMES = (
+    f"DELETE FROM run_task_outcomes WHERE id IN ({_under_keys('run_task_outcomes', 'x.id')})",
+    f"""
+    INSERT INTO run_task_outcomes (run_id, task_id, n_errors, {_OUTCOME_COLUMNS})
+    WITH keyed AS ({_under_keys('run_task_breakdown', 'x.*')})
+    SELECT b.run_id, b.task_id,
+           sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END),
+           sum(b.n_trials), sum(b.n_complete), sum(b.n_incomplete), sum(b.n_successes),
+           sum(b.n_rewards), sum(b.reward_sum), min(b.first_started), max(b.last_started),
+           sum(b.n_with_trajectory), sum(b.n_with_input_tokens), sum(b.n_with_output_tokens)
+    FROM keyed b
+    GROUP BY b.run_id, b.task_id
+    """,
+)
+
+# Loads are never removed, so a run's sources only grow: this unit's source joins the runs of
+# every trial it mentions, changed or not.
+_RUN_SOURCES = """
+INSERT INTO run_sources (run_id, source_id)
+SELECT DISTINCT tr.run_id, l.source_id
+FROM trial_loads tl
+JOIN trials tr ON tr.id = tl.trial_id
+JOIN loads l ON l.id = tl.load_id
+WHERE tl.load_id = :load_id
+  AND NOT EXISTS (SELECT 1 FROM run_sources rs WHERE rs.run_id = tr.run_id AND rs.source_id = l.source_id)
+"""
+
+
+def refresh(conn: Connection, load_id: int, trial_ids: Collection[int]) -> None:
+    """Bring the summaries up to date with what the unit `load_id` wrote, inside its
+    transaction. `trial_ids`: the trials it inserted, filled in or gave new episodes."""
+    conn.execute(text(_RUN_SOURCES), {"load_id": load_id})
+    if not trial_ids:
+        return
+    for statement in _STAGE:
+        conn.execute(text(statement))
+    conn.execute(insert(_TOUCHED), [{"trial_id": i} for i in trial_ids])
+    for statement in (_KEYS, *_TRIAL_LENGTHS, *_BREAKDOWN, *_OUTCOMES):
+        conn.execute(text(statement))
