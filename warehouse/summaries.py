@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from sqlalchemy import BigInteger, Column, Connection, MetaData, Table, insert, text
+from sqlalchemy import Connection, text
 
 # A trial succeeds in the summaries when its reward is at least this: the canned queries'
 # default --threshold. Any other threshold is answered from the base tables.
@@ -28,28 +28,21 @@ _STAGE = (
     "DELETE FROM summary_trials",
     "DELETE FROM summary_keys",
 )
-_TOUCHED = Table("summary_trials", MetaData(), Column("trial_id", BigInteger))  # for the bulk insert
+# Staged by ranges of ids: a unit's new trials have consecutive ids, so one statement usually
+# stages them all, where a row per id would cost more than the whole refresh.
+_STAGE_TRIALS = "INSERT INTO summary_trials (trial_id) SELECT id FROM trials WHERE id BETWEEN :first AND :last"
 
 # Every (run, task) a touched trial is in, and its run's unknown task: a trial's task can be
 # filled in later (never changed), so that is the one key it may have left.
 _KEYS = """
 INSERT INTO summary_keys (run_id, task_id)
-SELECT tr.run_id, tr.task_id FROM summary_trials t JOIN trials tr ON tr.id = t.trial_id
+WITH touched AS (
+    SELECT DISTINCT tr.run_id, tr.task_id FROM summary_trials t JOIN trials tr ON tr.id = t.trial_id
+)
+SELECT run_id, task_id FROM touched
 UNION
-SELECT tr.run_id, NULL FROM summary_trials t JOIN trials tr ON tr.id = t.trial_id
+SELECT run_id, NULL FROM touched
 """
-
-
-def _under_keys(table: str, columns: str) -> str:
-    """The rows of `table` (alias x) under a staged key. A NULL task equals nothing, so unknown
-    tasks are matched on their own: two indexed joins rather than one OR no index serves."""
-    return f"""
-        SELECT {columns} FROM summary_keys k
-        JOIN {table} x ON x.run_id = k.run_id AND x.task_id = k.task_id
-        UNION ALL
-        SELECT {columns} FROM summary_keys k
-        JOIN {table} x ON x.run_id = k.run_id AND x.task_id IS NULL
-        WHERE k.task_id IS NULL"""
 
 
 _TRIAL_LENGTHS = (
@@ -74,40 +67,41 @@ _OUTCOME_COLUMNS = (
     "last_started, n_with_trajectory, n_with_input_tokens, n_with_output_tokens"
 )
 
-# From the trials, through the covering index ix_trials_outcomes; lengths from trial_lengths,
-# refreshed first.
-_BREAKDOWN = (
-    f"DELETE FROM run_task_breakdown WHERE id IN ({_under_keys('run_task_breakdown', 'x.id')})",
+# Each runs once per way a row `x` can be under a staged key `k`: a NULL task equals nothing, so
+# unknown tasks are matched on their own (two indexed joins rather than one OR no index serves).
+_UNDER_KEY = ("x.task_id = k.task_id", "x.task_id IS NULL AND k.task_id IS NULL")
+_BY_KEY = (
+    "DELETE FROM run_task_breakdown WHERE id IN ("
+    "SELECT x.id FROM summary_keys k JOIN run_task_breakdown x ON x.run_id = k.run_id AND {under_key})",
+    "DELETE FROM run_task_outcomes WHERE id IN ("
+    "SELECT x.id FROM summary_keys k JOIN run_task_outcomes x ON x.run_id = k.run_id AND {under_key})",
+    # From the trials, through the covering index ix_trials_outcomes; their lengths were
+    # refreshed first.
     f"""
     INSERT INTO run_task_breakdown (run_id, task_id, agent, model, exception_type, {_OUTCOME_COLUMNS})
-    WITH keyed AS ({_under_keys('trials', 'x.id, x.run_id, x.task_id, x.agent, x.model, '
-                                          'x.exception_type, x.status, x.reward, x.started_at')})
-    SELECT t.run_id, t.task_id, t.agent, t.model, t.exception_type,
+    SELECT x.run_id, x.task_id, x.agent, x.model, x.exception_type,
            count(*),
-           sum(CASE WHEN t.status = 'complete' THEN 1 ELSE 0 END),
-           sum(CASE WHEN t.status = 'incomplete' THEN 1 ELSE 0 END),
-           sum(CASE WHEN t.reward >= {SUCCESS_THRESHOLD} THEN 1 ELSE 0 END),
-           count(t.reward), sum(t.reward), min(t.started_at), max(t.started_at),
+           sum(CASE WHEN x.status = 'complete' THEN 1 ELSE 0 END),
+           sum(CASE WHEN x.status = 'incomplete' THEN 1 ELSE 0 END),
+           sum(CASE WHEN x.reward >= {SUCCESS_THRESHOLD} THEN 1 ELSE 0 END),
+           count(x.reward), sum(x.reward), min(x.started_at), max(x.started_at),
            count(l.turns), count(l.input_tokens), count(l.output_tokens)
-    FROM keyed t
-    JOIN trial_lengths l ON l.trial_id = t.id
-    GROUP BY t.run_id, t.task_id, t.agent, t.model, t.exception_type
+    FROM summary_keys k
+    JOIN trials x ON x.run_id = k.run_id AND {{under_key}}
+    JOIN trial_lengths l ON l.trial_id = x.id
+    GROUP BY x.run_id, x.task_id, x.agent, x.model, x.exception_type
     """,
-)
-
-# The breakdown summed per (run, task), refreshed just before.
-_OUTCOMES = (
-    f"DELETE FROM run_task_outcomes WHERE id IN ({_under_keys('run_task_outcomes', 'x.id')})",
+    # The breakdown just written, summed per (run, task).
     f"""
     INSERT INTO run_task_outcomes (run_id, task_id, n_errors, {_OUTCOME_COLUMNS})
-    WITH keyed AS ({_under_keys('run_task_breakdown', 'x.*')})
-    SELECT b.run_id, b.task_id,
-           sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END),
-           sum(b.n_trials), sum(b.n_complete), sum(b.n_incomplete), sum(b.n_successes),
-           sum(b.n_rewards), sum(b.reward_sum), min(b.first_started), max(b.last_started),
-           sum(b.n_with_trajectory), sum(b.n_with_input_tokens), sum(b.n_with_output_tokens)
-    FROM keyed b
-    GROUP BY b.run_id, b.task_id
+    SELECT x.run_id, x.task_id,
+           sum(CASE WHEN x.exception_type IS NOT NULL THEN x.n_trials ELSE 0 END),
+           sum(x.n_trials), sum(x.n_complete), sum(x.n_incomplete), sum(x.n_successes),
+           sum(x.n_rewards), sum(x.reward_sum), min(x.first_started), max(x.last_started),
+           sum(x.n_with_trajectory), sum(x.n_with_input_tokens), sum(x.n_with_output_tokens)
+    FROM summary_keys k
+    JOIN run_task_breakdown x ON x.run_id = k.run_id AND {{under_key}}
+    GROUP BY x.run_id, x.task_id
     """,
 )
 
@@ -132,6 +126,20 @@ def refresh(conn: Connection, load_id: int, trial_ids: Collection[int]) -> None:
         return
     for statement in _STAGE:
         conn.execute(text(statement))
-    conn.execute(insert(_TOUCHED), [{"trial_id": i} for i in trial_ids])
-    for statement in (_KEYS, *_TRIAL_LENGTHS, *_BREAKDOWN, *_OUTCOMES):
+    conn.execute(text(_STAGE_TRIALS), [{"first": first, "last": last} for first, last in _id_ranges(trial_ids)])
+    for statement in (_KEYS, *_TRIAL_LENGTHS):
         conn.execute(text(statement))
+    for statement in _BY_KEY:
+        for under_key in _UNDER_KEY:
+            conn.execute(text(statement.format(under_key=under_key)))
+
+
+def _id_ranges(ids: Collection[int]) -> list[tuple[int, int]]:
+    """The ids as (first, last) ranges of consecutive ids, in order."""
+    ranges: list[list[int]] = []
+    for i in sorted(ids):
+        if ranges and ranges[-1][1] == i - 1:
+            ranges[-1][1] = i
+        else:
+            ranges.append([i, i])
+    return [(first, last) for first, last in ranges]

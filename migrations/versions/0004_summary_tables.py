@@ -132,8 +132,10 @@ def upgrade() -> None:
     op.create_index("ix_run_task_breakdown_failures", "run_task_breakdown",
                     ["exception_type", "run_id", "task_id", "n_trials"])
     op.create_index("ix_run_task_outcomes_by_task", "run_task_outcomes", ["task_id", "run_id", "n_trials", "n_successes"])
-    for column in ("turns", "chars", "input_tokens", "output_tokens"):
-        op.create_index(op.f(f"ix_trial_lengths_run_id_{column}"), "trial_lengths", ["run_id", column])
+    for measure in ("turns", "chars", "input_tokens", "output_tokens"):
+        where = sa.text(f"{measure} IS NOT NULL")
+        op.create_index(op.f(f"ix_trial_lengths_run_id_{measure}"), "trial_lengths", ["run_id", measure],
+                        sqlite_where=where, postgresql_where=where)
 
 
 def downgrade() -> None:

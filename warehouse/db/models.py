@@ -16,6 +16,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -323,11 +324,11 @@ class TrialLength(Base):
     (NULL without one) and its token counts, indexed per run so percentiles are index reads."""
 
     __tablename__ = "trial_lengths"
-    __table_args__ = (
-        Index(None, "run_id", "turns"),
-        Index(None, "run_id", "chars"),
-        Index(None, "run_id", "input_tokens"),
-        Index(None, "run_id", "output_tokens"),
+    __table_args__ = tuple(
+        # Partial: only the trials that have the measure, the only ones a percentile ranks.
+        Index(None, "run_id", measure, sqlite_where=text(f"{measure} IS NOT NULL"),
+              postgresql_where=text(f"{measure} IS NOT NULL"))
+        for measure in ("turns", "chars", "input_tokens", "output_tokens")
     )
 
     trial_id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=False)
