@@ -21,7 +21,9 @@ from sqlalchemy import Connection, text
 SUCCESS_THRESHOLD = 1.0
 
 # The touched trials and their (run, task) keys are staged in temporary tables, so the statements
-# below stay plain SQL on both backends however many trials a unit touched.
+# below stay plain SQL on both backends however many trials a unit touched. The staged rows drive
+# every join: `k CROSS JOIN x WHERE ...` is how SQLite is told which table is the outer loop
+# (without statistics it would scan all the trials instead); PostgreSQL reads it as a plain join.
 _STAGE = (
     "CREATE TEMPORARY TABLE IF NOT EXISTS summary_trials (trial_id BIGINT PRIMARY KEY)",
     "CREATE TEMPORARY TABLE IF NOT EXISTS summary_keys (run_id BIGINT NOT NULL, task_id BIGINT)",
@@ -37,13 +39,14 @@ _STAGE_TRIALS = "INSERT INTO summary_trials (trial_id) SELECT id FROM trials WHE
 _KEYS = """
 INSERT INTO summary_keys (run_id, task_id)
 WITH touched AS (
-    SELECT DISTINCT tr.run_id, tr.task_id FROM summary_trials t JOIN trials tr ON tr.id = t.trial_id
+    SELECT DISTINCT tr.run_id, tr.task_id
+    FROM summary_trials t CROSS JOIN trials tr
+    WHERE tr.id = t.trial_id
 )
 SELECT run_id, task_id FROM touched
 UNION
 SELECT run_id, NULL FROM touched
 """
-
 
 _TRIAL_LENGTHS = (
     "DELETE FROM trial_lengths WHERE trial_id IN (SELECT trial_id FROM summary_trials)",
@@ -53,12 +56,13 @@ _TRIAL_LENGTHS = (
     INSERT INTO trial_lengths (trial_id, run_id, turns, chars, input_tokens, output_tokens)
     SELECT tr.id, tr.run_id, e.n_turns, e.n_chars, tr.n_input_tokens, tr.n_output_tokens
     FROM summary_trials t
-    JOIN trials tr ON tr.id = t.trial_id
+    CROSS JOIN trials tr
     LEFT JOIN episodes e ON e.id = (
         SELECT longest.id FROM episodes longest
         WHERE longest.trial_id = tr.id AND longest.trace_source = 'main'
         ORDER BY longest.n_turns DESC, longest.episode_index DESC
         LIMIT 1)
+    WHERE tr.id = t.trial_id
     """,
 )
 
@@ -67,14 +71,22 @@ _OUTCOME_COLUMNS = (
     "last_started, n_with_trajectory, n_with_input_tokens, n_with_output_tokens"
 )
 
-# Each runs once per way a row `x` can be under a staged key `k`: a NULL task equals nothing, so
-# unknown tasks are matched on their own (two indexed joins rather than one OR no index serves).
-_UNDER_KEY = ("x.task_id = k.task_id", "x.task_id IS NULL AND k.task_id IS NULL")
-_BY_KEY = (
-    "DELETE FROM run_task_breakdown WHERE id IN ("
-    "SELECT x.id FROM summary_keys k JOIN run_task_breakdown x ON x.run_id = k.run_id AND {under_key})",
-    "DELETE FROM run_task_outcomes WHERE id IN ("
-    "SELECT x.id FROM summary_keys k JOIN run_task_outcomes x ON x.run_id = k.run_id AND {under_key})",
+
+def _under_keys(rows: str, columns: str) -> str:
+    """The `rows` (a table or join whose keyed table is x) under a staged key, as the derived
+    table x. A NULL task equals nothing, so unknown tasks are matched on their own: two indexed
+    joins rather than one OR that no index serves."""
+    return f"""(
+        SELECT {columns} FROM summary_keys k CROSS JOIN {rows}
+        WHERE x.run_id = k.run_id AND x.task_id = k.task_id
+        UNION ALL
+        SELECT {columns} FROM summary_keys k CROSS JOIN {rows}
+        WHERE x.run_id = k.run_id AND x.task_id IS NULL AND k.task_id IS NULL) x"""
+
+
+_OUTCOMES = (
+    *(f"DELETE FROM {table} WHERE id IN (SELECT x.id FROM {_under_keys(table + ' x', 'x.id')})"
+      for table in ("run_task_breakdown", "run_task_outcomes")),
     # From the trials, through the covering index ix_trials_outcomes; their lengths were
     # refreshed first.
     f"""
@@ -85,10 +97,10 @@ _BY_KEY = (
            sum(CASE WHEN x.status = 'incomplete' THEN 1 ELSE 0 END),
            sum(CASE WHEN x.reward >= {SUCCESS_THRESHOLD} THEN 1 ELSE 0 END),
            count(x.reward), sum(x.reward), min(x.started_at), max(x.started_at),
-           count(l.turns), count(l.input_tokens), count(l.output_tokens)
-    FROM summary_keys k
-    JOIN trials x ON x.run_id = k.run_id AND {{under_key}}
-    JOIN trial_lengths l ON l.trial_id = x.id
+           count(x.turns), count(x.input_tokens), count(x.output_tokens)
+    FROM {_under_keys("trials x JOIN trial_lengths l ON l.trial_id = x.id",
+                      "x.run_id, x.task_id, x.agent, x.model, x.exception_type, x.status, x.reward, "
+                      "x.started_at, l.turns, l.input_tokens, l.output_tokens")}
     GROUP BY x.run_id, x.task_id, x.agent, x.model, x.exception_type
     """,
     # The breakdown just written, summed per (run, task).
@@ -99,8 +111,7 @@ _BY_KEY = (
            sum(x.n_trials), sum(x.n_complete), sum(x.n_incomplete), sum(x.n_successes),
            sum(x.n_rewards), sum(x.reward_sum), min(x.first_started), max(x.last_started),
            sum(x.n_with_trajectory), sum(x.n_with_input_tokens), sum(x.n_with_output_tokens)
-    FROM summary_keys k
-    JOIN run_task_breakdown x ON x.run_id = k.run_id AND {{under_key}}
+    FROM {_under_keys("run_task_breakdown x", "x.*")}
     GROUP BY x.run_id, x.task_id
     """,
 )
@@ -127,11 +138,13 @@ def refresh(conn: Connection, load_id: int, trial_ids: Collection[int]) -> None:
     for statement in _STAGE:
         conn.execute(text(statement))
     conn.execute(text(_STAGE_TRIALS), [{"first": first, "last": last} for first, last in _id_ranges(trial_ids)])
-    for statement in (_KEYS, *_TRIAL_LENGTHS):
+    # PostgreSQL plans from statistics, and a temporary table has none until analyzed: it would be
+    # planned as holding as many rows as the largest unit staged on this connection did.
+    conn.execute(text("ANALYZE summary_trials"))
+    conn.execute(text(_KEYS))
+    conn.execute(text("ANALYZE summary_keys"))
+    for statement in (*_TRIAL_LENGTHS, *_OUTCOMES):
         conn.execute(text(statement))
-    for statement in _BY_KEY:
-        for under_key in _UNDER_KEY:
-            conn.execute(text(statement.format(under_key=under_key)))
 
 
 def _id_ranges(ids: Collection[int]) -> list[tuple[int, int]]:
