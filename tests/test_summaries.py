@@ -19,6 +19,7 @@ from ingest.generate import generate_dataset
 from ingest.pipeline import ingest
 from ingest.records import Episode, Trial, Turn
 from trace_trees import make_trace_tree
+from warehouse import summaries
 from warehouse.db import models, schema
 from warehouse.queries import QUERIES, run_canned
 from warehouse.summaries import SUCCESS_THRESHOLD
@@ -258,6 +259,33 @@ def test_summaries_stay_exact_unit_after_unit(engine, db_url):
     assert_exact(engine)
     assert stored(engine) == before
     assert assert_queries_match_definitions(db_url) > 30
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # PostgreSQL's plans depend on its statistics
+def test_a_refresh_reads_only_the_rows_under_its_keys(engine):
+    """However large the warehouse, a unit's refresh walks indexes from the rows it staged: no
+    statement scans a base or summary table. (SQLite keeps no statistics of the base tables, so
+    these are the plans it makes at any size.)"""
+    query_fixture.build(engine)
+    plans: list[tuple[str, str]] = []
+
+    class Explaining:
+        def __init__(self, conn):
+            self.conn = conn
+
+        def execute(self, statement, params=None):
+            if not isinstance(params, list):  # the staging of id ranges: a primary-key range
+                plans.extend((str(statement), row[3]) for row in self.conn.execute(
+                    text(f"EXPLAIN QUERY PLAN {statement}"), params or {}))
+            return self.conn.execute(statement, params)
+
+    with engine.begin() as conn:
+        load_id, trial_id = conn.execute(text("SELECT max(load_id), max(trial_id) FROM trial_loads")).one()
+        summaries.refresh(Explaining(conn), load_id, {trial_id})
+    assert len(plans) > 20
+    staged = {"t", "k", "touched", "x"}  # staged rows, and the derived table of rows under keys
+    scans = [(s, p) for s, p in plans if p.startswith("SCAN ") and (p.split()[1] not in staged or "USING" in p)]
+    assert scans == []
 
 
 def test_a_unit_that_fails_leaves_the_summaries_as_they_were(engine):

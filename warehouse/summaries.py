@@ -22,8 +22,9 @@ SUCCESS_THRESHOLD = 1.0
 
 # The touched trials and their (run, task) keys are staged in temporary tables, so the statements
 # below stay plain SQL on both backends however many trials a unit touched. The staged rows drive
-# every join: `k CROSS JOIN x WHERE ...` is how SQLite is told which table is the outer loop
-# (without statistics it would scan all the trials instead); PostgreSQL reads it as a plain join.
+# every join, so a refresh reads what is under its keys and no more: `k CROSS JOIN x WHERE ...`
+# pins them as SQLite's outer loop; PostgreSQL reads it as a plain join and plans from the
+# statistics refresh() has it gather on the staged tables.
 _STAGE = (
     "CREATE TEMPORARY TABLE IF NOT EXISTS summary_trials (trial_id BIGINT PRIMARY KEY)",
     "CREATE TEMPORARY TABLE IF NOT EXISTS summary_keys (run_id BIGINT NOT NULL, task_id BIGINT)",
