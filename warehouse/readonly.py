@@ -3,10 +3,10 @@
 Every query a user can aim at the warehouse (`warehouse sql`, the canned queries, search)
 runs through run_readonly, or readonly_session for an answer that takes several statements:
 
-- SQLite: a separate connection that opens the file read-only (`mode=ro`) with
-  `PRAGMA query_only`, so the library itself refuses every write; an authorizer also refuses
-  what those two let through (ATTACH, DETACH, PRAGMAs that set something, transaction
-  control); a progress handler enforces the time limit.
+- SQLite: a connection of its own (pooled for reuse, see _engine) that opens the file
+  read-only (`mode=ro`) with `PRAGMA query_only`, so the library itself refuses every write; an
+  authorizer also refuses what those two let through (ATTACH, DETACH, PRAGMAs that set
+  something, transaction control); a progress handler enforces the time limit.
 - PostgreSQL: a fresh connection whose only transaction is `READ ONLY`, with
   `SET LOCAL statement_timeout`; it is rolled back and closed at the end, so even session
   settings a statement changed do not outlive it.
@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -293,29 +293,32 @@ def _sqlite_readonly(url: URL, timeout: float, snapshot: bool) -> Iterator[tuple
             raw.set_progress_handler(None, 0)
 
 
-# Read-only engines of the last few SQLite files, each pooling its connections: a fresh
-# connection (a new engine, the schema parsed again, a cold page cache) costs about a millisecond,
-# as much as a canned query itself. Reuse is safe because a connection holds nothing a statement
-# could change: the file is opened read-only with query_only set (TEMP objects included) and
-# the authorizer refuses every setting; the guards are per session. Keyed by the file's inode, so
-# a file replaced under the same name gets new connections rather than the old file's.
+# Read-only engines of the last few databases, kept: making one costs about as much as a canned
+# query (for PostgreSQL several times as much). SQLite's also pool their connections, as a fresh
+# one parses the schema again and starts with a cold page cache; reuse is safe because such a
+# connection holds nothing a statement could change: the file is opened read-only with
+# query_only set (TEMP objects included), the authorizer refuses every setting, and the guards
+# are per session. A SQLite engine is keyed by the file's inode, so a file replaced under the
+# same name gets new connections rather than the old file's.
 _KEEP_ENGINES = 4
-_engines: OrderedDict[tuple[str, int, int], Engine] = OrderedDict()
+_engines: OrderedDict[tuple, Engine] = OrderedDict()
 _engines_lock = threading.Lock()
 
 
-def _sqlite_engine(path: Path) -> Engine:
-    stat = path.stat()
-    key = (str(path), stat.st_dev, stat.st_ino)
+def _engine(key: tuple, make: Callable[[], Engine]) -> Engine:
     with _engines_lock:
-        engine = _engines.pop(key, None)
-        if engine is None:
-            engine = create_engine("sqlite+pysqlite://", creator=lambda: _sqlite_connect(path),
-                                   poolclass=QueuePool, pool_size=2)
+        engine = _engines.pop(key, None) or make()
         _engines[key] = engine
         while len(_engines) > _KEEP_ENGINES:
             _engines.popitem(last=False)[1].dispose()
     return engine
+
+
+def _sqlite_engine(path: Path) -> Engine:
+    stat = path.stat()
+    return _engine(("sqlite", str(path), stat.st_dev, stat.st_ino),
+                   lambda: create_engine("sqlite+pysqlite://", creator=lambda: _sqlite_connect(path),
+                                         poolclass=QueuePool, pool_size=2))
 
 
 def _sqlite_connect(path: Path) -> sqlite3.Connection:
@@ -360,20 +363,18 @@ def _postgres_readonly(url: URL, timeout: float, snapshot: bool) -> Iterator[tup
         return f"database error: {first_line(exc)}"
 
     # A connection of its own (no pool) so nothing a statement does to the session survives it.
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with _connect(engine, describe) as conn:
-            transaction = conn.begin()
-            try:
-                # REPEATABLE READ: every statement of the transaction sees the same snapshot.
-                isolation = "ISOLATION LEVEL REPEATABLE READ, " if snapshot else ""
-                conn.exec_driver_sql(f"SET TRANSACTION {isolation}READ ONLY")
-                conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}")
-                yield conn, describe
-            finally:
-                transaction.rollback()
-    finally:
-        engine.dispose()
+    # The engine is kept: its first connection inspects the server, which costs more than a query.
+    key = ("postgresql", url.render_as_string(hide_password=False))
+    with _connect(_engine(key, lambda: create_engine(url, poolclass=NullPool)), describe) as conn:
+        transaction = conn.begin()
+        try:
+            # REPEATABLE READ: every statement of the transaction sees the same snapshot.
+            isolation = "ISOLATION LEVEL REPEATABLE READ, " if snapshot else ""
+            conn.exec_driver_sql(f"SET TRANSACTION {isolation}READ ONLY")
+            conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}")
+            yield conn, describe
+        finally:
+            transaction.rollback()
 
 
 def _connect(engine, describe) -> Connection:
