@@ -255,7 +255,8 @@ def test_summaries_stay_exact_unit_after_unit(engine, db_url):
     before = stored(engine)
     _unit(engine, second, "conflicting", [_trial("t1-a", "t1", 0.0, turns=8, n_input_tokens=10, started_at=T0)])
     with engine.connect() as conn:
-        assert {r[0] for r in conn.execute(text("SELECT field FROM conflicts"))} == {"result", "reward", "conversation"}
+        fields = {r[0] for r in conn.execute(text("SELECT field FROM conflicts"))}
+    assert fields == {"result", "reward", "conversation"}
     assert_exact(engine)
     assert stored(engine) == before
     assert assert_queries_match_definitions(db_url) > 30

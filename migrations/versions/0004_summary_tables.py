@@ -131,7 +131,8 @@ def upgrade() -> None:
                      "reward_sum"])
     op.create_index("ix_run_task_breakdown_failures", "run_task_breakdown",
                     ["exception_type", "run_id", "task_id", "n_trials"])
-    op.create_index("ix_run_task_outcomes_by_task", "run_task_outcomes", ["task_id", "run_id", "n_trials", "n_successes"])
+    op.create_index("ix_run_task_outcomes_by_task", "run_task_outcomes",
+                    ["task_id", "run_id", "n_trials", "n_successes"])
     for measure in ("turns", "chars", "input_tokens", "output_tokens"):
         where = sa.text(f"{measure} IS NOT NULL")
         op.create_index(op.f(f"ix_trial_lengths_run_id_{measure}"), "trial_lengths", ["run_id", measure],

@@ -33,7 +33,8 @@ def _as_utc(value: Any) -> datetime | None:
     return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed
 
 
-def _runs_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read) -> tuple[list[str], Rows]:
+def _runs_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+               ) -> tuple[list[str], Rows]:
     dates = [columns.index("first_started"), columns.index("last_started")]
     return columns, [tuple(_as_utc(v) if i in dates else v for i, v in enumerate(row)) for row in rows]
 
