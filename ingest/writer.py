@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Engine, select, update
 from ingest import bulk
 from ingest.prepare import TRIAL_FIELDS, Batch, prepare
 from ingest.records import Rejected, Run, Trial
-from warehouse import __version__
+from warehouse import __version__, summaries
 from warehouse.db import models
 from warehouse.db.session import write_transaction
 
@@ -96,7 +96,8 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             raise AlreadyLoaded(unit_name)
         writer = UnitWriter(conn, load_id)
         yield writer
-        writer.flush()
+        writer.flush()  # the summaries are computed from the rows written
+        summaries.refresh(conn, writer.load_id, writer.touched_trials)
         c = writer.counts
         c.n_trials = len(writer._linked)
         conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
@@ -124,6 +125,7 @@ class UnitWriter:
         self._trial_values: dict[int, dict[str, Any]] = {}
         self._episodes: dict[tuple[int, str, int], tuple[int, str]] = {}
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
+        self.touched_trials: set[int] = set()  # inserted, filled in or given episodes: to summarize
         self._next_row = 0
         self._queued_bytes = 0  # text in rows queued but not yet written
         # Tables that held no row when this unit took the write lock: every row they hold now
@@ -292,6 +294,7 @@ class UnitWriter:
                 for key, trial_id in ids.items():
                     self._trial_ids[key] = trial_id
                     self._trial_values[trial_id] = dict(new[key], id=trial_id)
+                self.touched_trials.update(ids.values())
             link = [self._trial_ids[k] for k in unknown if self._trial_ids[k] not in self._linked]
             self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"], [(i, self.load_id) for i in link])
             self._linked.update(link)
@@ -324,6 +327,7 @@ class UnitWriter:
         if fill:
             self._execute(update(T["trials"]).where(T["trials"].c.id == trial_id).values(**fill))
             kept.update(fill)
+            self.touched_trials.add(trial_id)
 
     # -- episodes -----------------------------------------------------------------------------
 
@@ -353,6 +357,7 @@ class UnitWriter:
             for key, ep_id in ids.items():
                 self._episodes[key] = (ep_id, new[key][2])
             inserted = set(ids)
+            self.touched_trials.update(trial_id for trial_id, _, _ in ids)
         turn_rows = []
         provenance = []
         message_ids = self._message_ids

@@ -5,7 +5,8 @@ were written in and whatever ids they got.
 Natural keys: a source is (kind, uri); a load is (its source, content_hash); a run is run_key;
 a task is its name; a trial is (run_key, trial_name); an episode is (trial, trace_source,
 episode_index); a message is its content hash. Left out: ids, created_at of every table, and
-the started_at / finished_at of `loads` (when the unit happened to be written).
+the started_at / finished_at of `loads` (when the unit happened to be written). The summary
+tables are dumped too, by the same keys, so they are held to the same standard.
 
 With `order_independent=True` the per-load counters that depend on which of several units
 carrying the same rows committed first (new vs duplicate episodes, turns and message bytes
@@ -73,6 +74,10 @@ def dump(engine: Engine, *, order_independent: bool = False) -> dict[str, list[s
         episode_loads = _rows(conn, models.EpisodeLoad)
         trial_loads = _rows(conn, models.TrialLoad)
         conflicts = _rows(conn, models.Conflict)
+        lengths = _rows(conn, models.TrialLength)
+        breakdown = _rows(conn, models.RunTaskBreakdown)
+        outcomes = _rows(conn, models.RunTaskOutcome)
+        run_sources = _rows(conn, models.RunSource)
 
     source_key = {s["id"]: [s["kind"], s["uri"]] for s in sources}
     load_key = {ld["id"]: [source_key[ld["source_id"]], ld["content_hash"]] for ld in loads}
@@ -104,6 +109,13 @@ def dump(engine: Engine, *, order_independent: bool = False) -> dict[str, list[s
     out["trial_loads"] = [{"load": load_key[tl["load_id"]], "trial": trial_key[tl["trial_id"]]}
                           for tl in trial_loads]
     out["conflicts"] = [_conflict(c, load_key, trial_key, episode_key, message_key) for c in conflicts]
+    out["trial_lengths"] = [dict(_drop(tl, ["trial_id", "run_id"]), trial=trial_key[tl["trial_id"]])
+                            for tl in lengths]
+    for name, rows in (("run_task_breakdown", breakdown), ("run_task_outcomes", outcomes)):
+        out[name] = [dict(_drop(o, ["id", "run_id", "task_id"]), run=run_key[o["run_id"]],
+                          task=task_key.get(o["task_id"])) for o in rows]
+    out["run_sources"] = [{"run": run_key[rs["run_id"]], "source": source_key[rs["source_id"]]}
+                          for rs in run_sources]
     return {table: sorted(_line(r) for r in rows) for table, rows in out.items()}
 
 

@@ -56,7 +56,8 @@ def test_percentile_interpolates():
 def test_every_sql_parameter_is_declared():
     # A `:word` in a .sql file (a comment too) becomes a bind parameter: all must be declared.
     for query in QUERIES.values():
-        assert bind_names(query.sql) <= {p.name for p in query.params}, query.name
+        for sql in (query.sql, query.summary_sql):
+            assert bind_names(sql) <= {p.name for p in query.params}, query.name
 
 
 # --- each query, by hand -----------------------------------------------------------------

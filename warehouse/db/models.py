@@ -16,6 +16,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -248,3 +249,100 @@ class Conflict(Base):
     incoming: Mapped[dict[str, Any] | None]
     row_number: Mapped[int | None]
     created_at: Mapped[datetime] = created_at()
+
+
+# --- summaries ---------------------------------------------------------------------------
+# Derived from the tables above by warehouse.summaries, in the same transaction as the unit that
+# changed them, so the canned queries read thousands of rows instead of every trial and episode.
+# No foreign keys: every row is made from rows that exist, and a refresh should not pay checks.
+
+
+class RunTaskBreakdown(Base):
+    """How the trials of one run and task ended, per agent, model and exception type. A
+    success is a reward of at least warehouse.summaries.SUCCESS_THRESHOLD (the canned queries'
+    default); trials whose task is unknown have task_id NULL."""
+
+    __tablename__ = "run_task_breakdown"
+    __table_args__ = (
+        Index(None, "run_id", "task_id"),
+        # Cover pass-rate's groups and the runs' agents and models, and the failures.
+        Index("ix_run_task_breakdown_groups", "run_id", "agent", "model", "exception_type", "n_trials",
+              "n_successes", "n_rewards", "reward_sum"),
+        Index("ix_run_task_breakdown_failures", "exception_type", "run_id", "task_id", "n_trials"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    run_id: Mapped[int] = mapped_column(Id)
+    task_id: Mapped[int | None] = mapped_column(Id)
+    agent: Mapped[str | None]
+    model: Mapped[str | None]
+    exception_type: Mapped[str | None]
+    n_trials: Mapped[int]
+    n_complete: Mapped[int]
+    n_incomplete: Mapped[int]
+    n_successes: Mapped[int]
+    n_rewards: Mapped[int]  # trials that have a reward
+    reward_sum: Mapped[float | None]
+    first_started: Mapped[datetime | None]
+    last_started: Mapped[datetime | None]
+    # How many trials have each trajectory length measure (see TrialLength).
+    n_with_trajectory: Mapped[int]
+    n_with_input_tokens: Mapped[int]
+    n_with_output_tokens: Mapped[int]
+
+
+class RunTaskOutcome(Base):
+    """run_task_breakdown summed over agent, model and exception type: one row per run and
+    task, what the task-level queries read. n_errors counts the trials with an exception."""
+
+    __tablename__ = "run_task_outcomes"
+    __table_args__ = (
+        UniqueConstraint("run_id", "task_id"),
+        # Covers the queries that go task by task (solve-matrix, pass-at-k, compare).
+        Index("ix_run_task_outcomes_by_task", "task_id", "run_id", "n_trials", "n_successes"),
+    )
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    run_id: Mapped[int] = mapped_column(Id)
+    task_id: Mapped[int | None] = mapped_column(Id)
+    n_trials: Mapped[int]
+    n_complete: Mapped[int]
+    n_incomplete: Mapped[int]
+    n_successes: Mapped[int]
+    n_rewards: Mapped[int]
+    reward_sum: Mapped[float | None]
+    n_errors: Mapped[int]
+    first_started: Mapped[datetime | None]
+    last_started: Mapped[datetime | None]
+    n_with_trajectory: Mapped[int]
+    n_with_input_tokens: Mapped[int]
+    n_with_output_tokens: Mapped[int]
+
+
+class TrialLength(Base):
+    """Each trial's trajectory length: the turns and characters of its longest main episode
+    (NULL without one) and its token counts, indexed per run so percentiles are index reads."""
+
+    __tablename__ = "trial_lengths"
+    __table_args__ = tuple(
+        # Partial: only the trials that have the measure, the only ones a percentile ranks.
+        Index(None, "run_id", measure, sqlite_where=text(f"{measure} IS NOT NULL"),
+              postgresql_where=text(f"{measure} IS NOT NULL"))
+        for measure in ("turns", "chars", "input_tokens", "output_tokens")
+    )
+
+    trial_id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=False)
+    run_id: Mapped[int] = mapped_column(Id)
+    turns: Mapped[int | None]
+    chars: Mapped[int | None]
+    input_tokens: Mapped[int | None] = mapped_column(Id)
+    output_tokens: Mapped[int | None] = mapped_column(Id)
+
+
+class RunSource(Base):
+    """The sources whose units mention a trial of the run."""
+
+    __tablename__ = "run_sources"
+
+    run_id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=False)
+    source_id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=False)

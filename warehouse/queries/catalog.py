@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from itertools import groupby
 from typing import Any
 
-from warehouse.queries.registry import CannedQuery, IntList, Param, Rows, sql_file
-from warehouse.queries.stats import pass_at_k, percentile
+from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, sql_file
+from warehouse.queries.stats import interpolate, pass_at_k, percentile, percentile_ranks
 
 THRESHOLD = Param(
     "threshold", float, 1.0,
@@ -33,30 +33,34 @@ def _as_utc(value: Any) -> datetime | None:
     return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed
 
 
-def _runs_post(columns: list[str], rows: Rows, values: Mapping[str, Any]) -> tuple[list[str], Rows]:
+def _runs_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+               ) -> tuple[list[str], Rows]:
     dates = [columns.index("first_started"), columns.index("last_started")]
     return columns, [tuple(_as_utc(v) if i in dates else v for i, v in enumerate(row)) for row in rows]
 
 
-def _pass_rate_post(columns: list[str], rows: Rows, values: Mapping[str, Any]) -> tuple[list[str], Rows]:
+def _pass_rate_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+                    ) -> tuple[list[str], Rows]:
     name = {"run": "run_key"}.get(values["by"], values["by"])
     return [name if c == "grp" else c for c in columns], rows
 
 
-def _pass_at_k_post(columns: list[str], rows: Rows, values: Mapping[str, Any]) -> tuple[list[str], Rows]:
+def _pass_at_k_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+                    ) -> tuple[list[str], Rows]:
     ks: IntList = values["k"]
     k_columns = [f"pass@{k}" for k in ks]
-    per_task = [(run, task, n, c, *(pass_at_k(n, c, k) for k in ks)) for run, task, n, c in rows]
-    if values["per_task"]:
-        return ["run_key", "task", "n", "c", *k_columns], per_task
+    if values["per_task"]:  # one row per task: its (n, c) counted once
+        return ["run_key", "task", "n", "c", *k_columns], [
+            (run, task, n, c, *(pass_at_k(n, c, k) for k in ks)) for run, task, n, c, _ in rows]
     per_run = []
-    for run, group in groupby(per_task, key=lambda row: row[0]):
-        tasks = list(group)
+    for run, group in groupby(rows, key=lambda row: row[0]):
+        cells = [(n, c, tasks) for _, _, n, c, tasks in group]
         means = []
-        for j in range(len(ks)):
-            known = [row[4 + j] for row in tasks if row[4 + j] is not None]
-            means.append(sum(known) / len(known) if known else None)
-        per_run.append((run, len(tasks), min(row[2] for row in tasks), *means))
+        for k in ks:
+            known = [(p, tasks) for n, c, tasks in cells if (p := pass_at_k(n, c, k)) is not None]
+            covered = sum(tasks for _, tasks in known)
+            means.append(sum(p * tasks for p, tasks in known) / covered if covered else None)
+        per_run.append((run, sum(tasks for *_, tasks in cells), min(n for n, _, _ in cells), *means))
     return ["run_key", "tasks", "min_attempts", *k_columns], per_run
 
 
@@ -68,7 +72,11 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
 
 
-def _lengths_post(columns: list[str], rows: Rows, values: Mapping[str, Any]) -> tuple[list[str], Rows]:
+_LENGTH_COLUMNS = ["run_key", "measure", "n", "median", "p90", "max"]
+
+
+def _lengths_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+                  ) -> tuple[list[str], Rows]:
     out = []
     for run, group in groupby(rows, key=lambda row: row[0]):
         trials = list(group)
@@ -76,7 +84,29 @@ def _lengths_post(columns: list[str], rows: Rows, values: Mapping[str, Any]) -> 
             known = sorted(row[j] for row in trials if row[j] is not None)
             out.append((run, measure, len(known), _round(percentile(known, 0.5)),
                         _round(percentile(known, 0.9)), known[-1] if known else None))
-    return ["run_key", "measure", "n", "median", "p90", "max"], out
+    return _LENGTH_COLUMNS, out
+
+
+_LENGTH_RANKS = {measure: sql_file("lengths_ranks").format(measure=measure) for measure in _LENGTH_MEASURES}
+
+
+def _lengths_by_rank(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+                     ) -> tuple[list[str], Rows]:
+    """_lengths_post's rows from the summaries: lengths_summary.sql counts each run's trials
+    per measure, lengths_ranks.sql reads the values at the ranks the percentiles lie between,
+    and the interpolation is percentile()'s own, so the numbers are the same to the last bit."""
+    out = []
+    for run, run_id, *counts in rows:
+        for measure, n in zip(_LENGTH_MEASURES, counts):
+            if not n:
+                out.append((run, measure, 0, None, None, None))
+                continue
+            (median, _, median_at), (p90, _, p90_at) = percentile_ranks(n, 0.5), percentile_ranks(n, 0.9)
+            [(median_low, median_high, p90_low, p90_high, top)] = read(
+                _LENGTH_RANKS[measure], {"run": run_id, "median": median, "p90": p90})
+            out.append((run, measure, n, _round(interpolate(median_low, median_high, median_at)),
+                        _round(interpolate(p90_low, p90_high, p90_at)), top))
+    return _LENGTH_COLUMNS, out
 
 
 # --- the catalog -------------------------------------------------------------------------------
@@ -94,6 +124,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         params=(THRESHOLD,),
         sql=sql_file("runs"),
         post=_runs_post,
+        summary_sql=sql_file("runs_summary"),
     ),
     CannedQuery(
         name="pass-rate",
@@ -106,6 +137,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         ),
         sql=sql_file("pass_rate"),
         post=_pass_rate_post,
+        summary_sql=sql_file("pass_rate_summary"),
     ),
     CannedQuery(
         name="solve-matrix",
@@ -120,6 +152,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             THRESHOLD,
         ),
         sql=sql_file("solve_matrix"),
+        summary_sql=sql_file("solve_matrix_summary"),
     ),
     CannedQuery(
         name="pass-at-k",
@@ -136,6 +169,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         ),
         sql=sql_file("pass_at_k"),
         post=_pass_at_k_post,
+        summary_sql=sql_file("pass_at_k_summary"),
     ),
     CannedQuery(
         name="compare",
@@ -151,6 +185,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             THRESHOLD,
         ),
         sql=sql_file("compare"),
+        summary_sql=sql_file("compare_summary"),
     ),
     CannedQuery(
         name="failures",
@@ -160,6 +195,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         ),
         params=(),
         sql=sql_file("failures"),
+        summary_sql=sql_file("failures_summary"),
     ),
     CannedQuery(
         name="lengths",
@@ -172,5 +208,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         params=(),
         sql=sql_file("lengths"),
         post=_lengths_post,
+        summary_sql=sql_file("lengths_summary"),
+        summary_post=_lengths_by_rank,
     ),
 )}

@@ -3,12 +3,19 @@
 A canned query is data: a name, a description, its parameters, one portable SQL statement
 (a file beside this module) and, where SQL alone cannot finish the job portably, a function
 that post-processes the rows. It runs through the same read-only path as `warehouse sql`.
+
+The statement over the base tables is the query's definition. Most queries also have a second
+statement answering the same from the summary tables (warehouse.summaries), which hold only what
+the default --threshold needs: that one runs whenever the threshold is the default (or the query
+has none), the definition for any other threshold. Both must give the same columns and rows; the
+tests compare them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 from typing import Any
 
@@ -16,7 +23,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL
 
 from warehouse.errors import WarehouseError
-from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, run_readonly
+from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, ReadSession, readonly_session
+from warehouse.summaries import SUCCESS_THRESHOLD
 
 
 class IntList(tuple):
@@ -69,7 +77,10 @@ class Param:
 
 
 Rows = list[tuple[Any, ...]]
-PostProcess = Callable[[list[str], Rows, Mapping[str, Any]], tuple[list[str], Rows]]
+# (sql, binds) -> rows: a further statement, read in the same snapshot as the query's own.
+Read = Callable[[str, Mapping[str, Any]], Rows]
+# (columns, rows, parameter values, read) -> (columns, rows), for what SQL cannot do portably.
+PostProcess = Callable[[list[str], Rows, Mapping[str, Any], Read], tuple[list[str], Rows]]
 
 
 @dataclass(frozen=True)
@@ -77,9 +88,12 @@ class CannedQuery:
     name: str
     description: str  # first line: the summary `query list` shows; the rest: --help
     params: tuple[Param, ...]
-    sql: str
-    # (columns, rows, parameter values) -> (columns, rows), for what SQL cannot do portably.
+    sql: str  # over the base tables: the definition, right for every parameter value
     post: PostProcess | None = field(default=None, compare=False)
+    # The same answer from the summary tables, run instead of `sql` when they hold it.
+    summary_sql: str | None = None
+    # How summary_sql's rows are finished, where that differs from `post`.
+    summary_post: PostProcess | None = field(default=None, compare=False)
 
     @property
     def summary(self) -> str:
@@ -92,33 +106,45 @@ class CannedQuery:
             raise WarehouseError(f"query {self.name} has no parameter {', '.join(sorted(unknown))}")
         return {p.name: p.convert(given.get(p.name, p.default)) for p in self.params}
 
+    def plan(self, values: Mapping[str, Any], summaries: bool = True) -> tuple[str, PostProcess | None]:
+        """The statement that answers these values, and its post-processing."""
+        summarized = values.get("threshold", SUCCESS_THRESHOLD) == SUCCESS_THRESHOLD
+        if summaries and summarized and self.summary_sql is not None:
+            return self.summary_sql, self.summary_post or self.post
+        return self.sql, self.post
+
 
 def sql_file(name: str) -> str:
     return resources.files(__package__).joinpath(f"{name}.sql").read_text(encoding="utf-8")
 
 
-def bind_names(sql: str) -> set[str]:
+@lru_cache(maxsize=64)
+def bind_names(sql: str) -> frozenset[str]:
     """The `:name` parameters SQLAlchemy will see in this SQL."""
-    return set(text(sql).compile().params)
+    return frozenset(text(sql).compile().params)
 
 
 def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | None = None, *,
-               timeout: float = DEFAULT_TIMEOUT) -> ReadResult:
+               timeout: float = DEFAULT_TIMEOUT, summaries: bool = True) -> ReadResult:
+    """Run a canned query, read-only. `summaries=False` answers from the base tables even where
+    the summary tables could: the definition, which the tests hold the summaries to."""
     values = query.values(given or {})
-    for param in query.params:
-        if param.names_run and values[param.name] is not None:
-            _check_run_exists(url, values[param.name], timeout)
-    binds = {name: values[name] for name in bind_names(query.sql)}
-    # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
-    result = run_readonly(url, query.sql, binds, timeout=timeout, max_rows=None)
-    if query.post is None:
-        return result
-    columns, rows = query.post(result.columns, result.rows, values)
+    sql, post = query.plan(values, summaries)
+    with readonly_session(url, timeout=timeout) as session:
+        for param in query.params:
+            if param.names_run and values[param.name] is not None:
+                _check_run_exists(session, values[param.name])
+        binds = {name: values[name] for name in bind_names(sql)}
+        # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
+        result = session.fetch(sql, binds, max_rows=None)
+        if post is None:
+            return result
+        columns, rows = post(result.columns, result.rows, values,
+                             lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
     return ReadResult(columns, rows)
 
 
-def _check_run_exists(url: URL | str, run_key: str, timeout: float) -> None:
-    found = run_readonly(url, "SELECT count(*) FROM runs WHERE run_key = :k", {"k": run_key},
-                         timeout=timeout, max_rows=1)
+def _check_run_exists(session: ReadSession, run_key: str) -> None:
+    found = session.fetch("SELECT count(*) FROM runs WHERE run_key = :k", {"k": run_key}, max_rows=1)
     if not found.rows[0][0]:
         raise WarehouseError(f"no run {run_key!r} (warehouse query runs lists them)")

@@ -29,8 +29,17 @@ def percentile(sorted_values: Sequence[float], p: float) -> float | None:
     PostgreSQL's percentile_cont and numpy's default. `sorted_values` must be sorted."""
     if not sorted_values:
         return None
-    pos = p * (len(sorted_values) - 1)
+    lo, hi, fraction = percentile_ranks(len(sorted_values), p)
+    return interpolate(sorted_values[lo], sorted_values[hi], fraction)
+
+
+def percentile_ranks(n: int, p: float) -> tuple[int, int, float]:
+    """For n > 0 sorted values: the ranks (0-based) of the two the p-th quantile lies between,
+    and how far it lies from the first towards the second."""
+    pos = p * (n - 1)
     lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    low, high = sorted_values[lo], sorted_values[hi]
-    return low + (high - low) * (pos - lo)
+    return lo, min(lo + 1, n - 1), pos - lo
+
+
+def interpolate(low: float, high: float, fraction: float) -> float:
+    return low + (high - low) * fraction

@@ -1,0 +1,159 @@
+"""The summary tables the canned queries read (see warehouse.db.models): trial_lengths,
+run_task_breakdown, run_task_outcomes and run_sources, kept exact as units are written.
+
+Every unit calls refresh() in its own transaction, after its rows and before its ledger row, so
+the summaries are never behind what the ledger says is loaded and a crash leaves neither half
+written. A refresh recomputes, from the base tables, only what the unit can have changed: the
+lengths of the trials it touched, the outcomes of every (run, task) those trials are in, and
+the sources of the runs its trials belong to. Nothing else already loaded is read again.
+
+Migration 0004 fills the same tables from existing data with its own copy of these statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlalchemy import Connection, text
+
+# A trial succeeds in the summaries when its reward is at least this: the canned queries'
+# default --threshold. Any other threshold is answered from the base tables.
+SUCCESS_THRESHOLD = 1.0
+
+# The touched trials and their (run, task) keys are staged in temporary tables, so the statements
+# below stay plain SQL on both backends however many trials a unit touched. The staged rows drive
+# every join, so a refresh reads what is under its keys and no more: `k CROSS JOIN x WHERE ...`
+# pins them as SQLite's outer loop; PostgreSQL reads it as a plain join and plans from the
+# statistics refresh() has it gather on the staged tables.
+_STAGE = (
+    "CREATE TEMPORARY TABLE IF NOT EXISTS summary_trials (trial_id BIGINT PRIMARY KEY)",
+    "CREATE TEMPORARY TABLE IF NOT EXISTS summary_keys (run_id BIGINT NOT NULL, task_id BIGINT)",
+    "DELETE FROM summary_trials",
+    "DELETE FROM summary_keys",
+)
+# Staged by ranges of ids: a unit's new trials have consecutive ids, so one statement usually
+# stages them all, where a row per id would cost more than the whole refresh.
+_STAGE_TRIALS = "INSERT INTO summary_trials (trial_id) SELECT id FROM trials WHERE id BETWEEN :first AND :last"
+
+# Every (run, task) a touched trial is in, and its run's unknown task: a trial's task can be
+# filled in later (never changed), so that is the one key it may have left.
+_KEYS = """
+INSERT INTO summary_keys (run_id, task_id)
+WITH touched AS (
+    SELECT DISTINCT tr.run_id, tr.task_id
+    FROM summary_trials t CROSS JOIN trials tr
+    WHERE tr.id = t.trial_id
+)
+SELECT run_id, task_id FROM touched
+UNION
+SELECT run_id, NULL FROM touched
+"""
+
+_TRIAL_LENGTHS = (
+    "DELETE FROM trial_lengths WHERE trial_id IN (SELECT trial_id FROM summary_trials)",
+    # The longest main episode is the whole trajectory: an export of every episode repeats the
+    # earlier ones as prefixes. Ties go to the later episode, as in queries/lengths.sql.
+    """
+    INSERT INTO trial_lengths (trial_id, run_id, turns, chars, input_tokens, output_tokens)
+    SELECT tr.id, tr.run_id, e.n_turns, e.n_chars, tr.n_input_tokens, tr.n_output_tokens
+    FROM summary_trials t
+    CROSS JOIN trials tr
+    LEFT JOIN episodes e ON e.id = (
+        SELECT longest.id FROM episodes longest
+        WHERE longest.trial_id = tr.id AND longest.trace_source = 'main'
+        ORDER BY longest.n_turns DESC, longest.episode_index DESC
+        LIMIT 1)
+    WHERE tr.id = t.trial_id
+    """,
+)
+
+_OUTCOME_COLUMNS = (
+    "n_trials, n_complete, n_incomplete, n_successes, n_rewards, reward_sum, first_started, "
+    "last_started, n_with_trajectory, n_with_input_tokens, n_with_output_tokens"
+)
+
+
+def _under_keys(rows: str, columns: str) -> str:
+    """The `rows` (a table or join whose keyed table is x) under a staged key, as the derived
+    table x. A NULL task equals nothing, so unknown tasks are matched on their own: two indexed
+    joins rather than one OR that no index serves."""
+    return f"""(
+        SELECT {columns} FROM summary_keys k CROSS JOIN {rows}
+        WHERE x.run_id = k.run_id AND x.task_id = k.task_id
+        UNION ALL
+        SELECT {columns} FROM summary_keys k CROSS JOIN {rows}
+        WHERE x.run_id = k.run_id AND x.task_id IS NULL AND k.task_id IS NULL) x"""
+
+
+_OUTCOMES = (
+    *(f"DELETE FROM {table} WHERE id IN (SELECT x.id FROM {_under_keys(table + ' x', 'x.id')})"
+      for table in ("run_task_breakdown", "run_task_outcomes")),
+    # From the trials, through the covering index ix_trials_outcomes; their lengths were
+    # refreshed first.
+    f"""
+    INSERT INTO run_task_breakdown (run_id, task_id, agent, model, exception_type, {_OUTCOME_COLUMNS})
+    SELECT x.run_id, x.task_id, x.agent, x.model, x.exception_type,
+           count(*),
+           sum(CASE WHEN x.status = 'complete' THEN 1 ELSE 0 END),
+           sum(CASE WHEN x.status = 'incomplete' THEN 1 ELSE 0 END),
+           sum(CASE WHEN x.reward >= {SUCCESS_THRESHOLD} THEN 1 ELSE 0 END),
+           count(x.reward), sum(x.reward), min(x.started_at), max(x.started_at),
+           count(x.turns), count(x.input_tokens), count(x.output_tokens)
+    FROM {_under_keys("trials x JOIN trial_lengths l ON l.trial_id = x.id",
+                      "x.run_id, x.task_id, x.agent, x.model, x.exception_type, x.status, x.reward, "
+                      "x.started_at, l.turns, l.input_tokens, l.output_tokens")}
+    GROUP BY x.run_id, x.task_id, x.agent, x.model, x.exception_type
+    """,
+    # The breakdown just written, summed per (run, task).
+    f"""
+    INSERT INTO run_task_outcomes (run_id, task_id, n_errors, {_OUTCOME_COLUMNS})
+    SELECT x.run_id, x.task_id,
+           sum(CASE WHEN x.exception_type IS NOT NULL THEN x.n_trials ELSE 0 END),
+           sum(x.n_trials), sum(x.n_complete), sum(x.n_incomplete), sum(x.n_successes),
+           sum(x.n_rewards), sum(x.reward_sum), min(x.first_started), max(x.last_started),
+           sum(x.n_with_trajectory), sum(x.n_with_input_tokens), sum(x.n_with_output_tokens)
+    FROM {_under_keys("run_task_breakdown x", "x.*")}
+    GROUP BY x.run_id, x.task_id
+    """,
+)
+
+# Loads are never removed, so a run's sources only grow: this unit's source joins the runs of
+# every trial it mentions, changed or not.
+_RUN_SOURCES = """
+INSERT INTO run_sources (run_id, source_id)
+SELECT DISTINCT tr.run_id, l.source_id
+FROM trial_loads tl
+JOIN trials tr ON tr.id = tl.trial_id
+JOIN loads l ON l.id = tl.load_id
+WHERE tl.load_id = :load_id
+  AND NOT EXISTS (SELECT 1 FROM run_sources rs WHERE rs.run_id = tr.run_id AND rs.source_id = l.source_id)
+"""
+
+
+def refresh(conn: Connection, load_id: int, trial_ids: Collection[int]) -> None:
+    """Bring the summaries up to date with what the unit `load_id` wrote, inside its
+    transaction. `trial_ids`: the trials it inserted, filled in or gave new episodes."""
+    conn.execute(text(_RUN_SOURCES), {"load_id": load_id})
+    if not trial_ids:
+        return
+    for statement in _STAGE:
+        conn.execute(text(statement))
+    conn.execute(text(_STAGE_TRIALS), [{"first": first, "last": last} for first, last in _id_ranges(trial_ids)])
+    # PostgreSQL plans from statistics, and a temporary table has none until analyzed: it would be
+    # planned as holding as many rows as the largest unit staged on this connection did.
+    conn.execute(text("ANALYZE summary_trials"))
+    conn.execute(text(_KEYS))
+    conn.execute(text("ANALYZE summary_keys"))
+    for statement in (*_TRIAL_LENGTHS, *_OUTCOMES):
+        conn.execute(text(statement))
+
+
+def _id_ranges(ids: Collection[int]) -> list[tuple[int, int]]:
+    """The ids as (first, last) ranges of consecutive ids, in order."""
+    ranges: list[list[int]] = []
+    for i in sorted(ids):
+        if ranges and ranges[-1][1] == i - 1:
+            ranges[-1][1] = i
+        else:
+            ranges.append([i, i])
+    return [(first, last) for first, last in ranges]
