@@ -16,6 +16,7 @@ as the ORM types would store them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from sqlalchemy import Connection, LargeBinary, Table
@@ -32,7 +33,7 @@ PG_LOOKUP_CHUNK = 20_000
 WRITE_CHUNK = 5000
 # Queued rows (and bytes of their text) that make a PostgreSQL flush.
 PG_FLUSH_ROWS = 50_000
-PG_FLUSH_BYTES = 32 << 20
+PG_FLUSH_BYTES = 16 << 20
 # Ids fetched from a PostgreSQL sequence in one round trip.
 PG_ID_BLOCK = 10_000
 # The advisory lock key every PostgreSQL writer takes (any constant unique to this tool).
@@ -61,6 +62,9 @@ class Bulk:
         self._result: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._next_id: dict[str, int] = {}
         self._spare_ids: dict[str, list[int]] = {}
+        self._ids_conn = None  # PostgreSQL: the connection ids are fetched on
+        self._copier: ThreadPoolExecutor | None = None  # PostgreSQL: the thread flushes are written in
+        self._flushing: Future | None = None
         self._pending: dict[tuple[str, tuple[str, ...]], tuple[Table, Sequence[str], list]] = {}
         self.pending_rows = 0
 
@@ -107,6 +111,7 @@ class Bulk:
     def lookup(self, table: Table, key_cols: Sequence[str], keys: Iterable[tuple],
                value_cols: Sequence[str]) -> dict[tuple, tuple]:
         """{key: values} for the keys that exist."""
+        self.wait()
         keys = list(dict.fromkeys(keys))
         found: dict[tuple, tuple] = {}
         width = len(key_cols)
@@ -143,6 +148,7 @@ class Bulk:
             yield sql, [list(column) for column in zip(*encoded)]
 
     def is_empty(self, table: Table) -> bool:
+        self.wait()
         cur = self.raw.cursor()
         cur.execute(f"SELECT 1 FROM {table.name} LIMIT 1")
         empty = cur.fetchone() is None
@@ -155,24 +161,29 @@ class Bulk:
         """n fresh primary-key values for `table`."""
         if n == 0:
             return []
-        cur = self.raw.cursor()
         if self.is_sqlite:
             if table.name not in self._next_id:
+                cur = self.raw.cursor()
                 cur.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {table.name}")
                 self._next_id[table.name] = cur.fetchone()[0]
+                cur.close()
             start = self._next_id[table.name]
             self._next_id[table.name] = start + n
-            cur.close()
             return list(range(start, start + n))
         # PostgreSQL: ids come from the table's sequence, fetched a block at a time so a unit
-        # of many batches makes a few round trips, not one per batch. Ids left over when the
-        # unit ends are gaps, as after any rollback.
+        # of many batches makes a few round trips, not one per batch, and on a connection of
+        # their own, so they never wait for a flush in flight (nextval is not transactional:
+        # another connection's values are as good). Ids left over when the unit ends are gaps,
+        # as after any rollback.
         spare = self._spare_ids.setdefault(table.name, [])
         if len(spare) < n:
+            if self._ids_conn is None:
+                self._ids_conn = self.conn.engine.raw_connection()
+            cur = self._ids_conn.cursor()
             cur.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
                         (table.name, max(n - len(spare), PG_ID_BLOCK)))
             spare += [r[0] for r in cur.fetchall()]
-        cur.close()
+            cur.close()
         ids = spare[:n]
         del spare[:n]
         return ids
@@ -197,15 +208,47 @@ class Bulk:
             return True
         return self.pending_rows >= PG_FLUSH_ROWS or queued_text_bytes >= PG_FLUSH_BYTES
 
-    def flush(self) -> None:
-        """Write the queued rows, parents before children. One COPY per table and flush on
-        PostgreSQL (each COPY ends in a round trip that waits for the server), a few large
-        executemany calls on SQLite."""
-        for key in sorted(self._pending, key=lambda k: _DEPENDENCY_ORDER[k[0]]):
-            table, cols, rows = self._pending[key]
-            self._write(table, cols, self._encode(table, cols, rows))
+    def flush(self, wait: bool = True) -> None:
+        """Write the queued rows, parents before children: executemany on SQLite; on
+        PostgreSQL one COPY per table, in a thread. With wait=False the call returns while the
+        server works through them and the caller prepares more; the next flush, lookup or
+        wait() waits for them first (one flush in flight at a time keeps the order)."""
+        work = [(table, cols, self._encode(table, cols, rows))
+                for table, cols, rows in (self._pending[key] for key in
+                                          sorted(self._pending, key=lambda k: _DEPENDENCY_ORDER[k[0]]))]
         self._pending.clear()
         self.pending_rows = 0
+        if self.is_sqlite:
+            for table, cols, data in work:
+                self._write(table, cols, data)
+            return
+        self.wait()
+        if work:
+            if self._copier is None:
+                self._copier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-copy")
+            self._flushing = self._copier.submit(lambda: [self._write(*args) for args in work])
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        """Until the flush in flight is written; its error, if it failed, is raised here."""
+        if self._flushing is not None:
+            flushing, self._flushing = self._flushing, None
+            flushing.result()
+
+    def close(self) -> None:
+        """Release the flush thread and the id connection. After an error a flush in flight
+        is waited for but its own error dropped: the transaction is rolled back anyway."""
+        try:
+            self.wait()
+        except Exception:
+            pass
+        if self._copier is not None:
+            self._copier.shutdown()
+            self._copier = None
+        if self._ids_conn is not None:
+            self._ids_conn.close()
+            self._ids_conn = None
 
     def _write(self, table: Table, cols: Sequence[str], data: list[Sequence[Any]]) -> None:
         if self.is_sqlite:

@@ -95,8 +95,11 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
         if load_id is None:
             raise AlreadyLoaded(unit_name)
         writer = UnitWriter(conn, load_id)
-        yield writer
-        writer.flush()  # the summaries are computed from the rows written
+        try:
+            yield writer
+            writer.flush()  # the summaries are computed from the rows written
+        finally:
+            writer.bulk.close()
         summaries.refresh(conn, writer.load_id, writer.touched_trials)
         c = writer.counts
         c.n_trials = len(writer._linked)
@@ -139,9 +142,9 @@ class UnitWriter:
 
     # -- public ------------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Write every queued row."""
-        self.bulk.flush()
+    def flush(self, wait: bool = True) -> None:
+        """Write every queued row (wait=False: see Bulk.flush)."""
+        self.bulk.flush(wait)
         self._queued_bytes = 0
 
     def _execute(self, statement):
@@ -184,7 +187,7 @@ class UnitWriter:
         trial_ids = self._ensure_trials(batch.trials)
         self._write_episodes(batch, trial_ids)
         if self.bulk.should_flush(self._queued_bytes):
-            self.flush()
+            self.flush(wait=False)
 
     def _forget_if_large(self) -> None:
         """The caches hold what this unit has seen; past a bound they are dropped so memory

@@ -362,9 +362,10 @@ def test_hub_id_resolves_from_the_local_cache_offline(db_url, tmp_path):
 def test_a_unit_larger_than_its_caches_still_stores_each_row_once(engine, tmp_path, monkeypatch):
     # A first load skips lookups while its caches hold every row of the (empty) tables; once
     # a cache is dropped, the rows it held must be found in the database again.
-    from ingest import hub, writer
+    from ingest import bulk, hub, writer
 
     monkeypatch.setattr(hub, "BATCH_ROWS", 4)
+    monkeypatch.setattr(bulk, "PG_FLUSH_ROWS", 10)  # PostgreSQL: many flushes, written while the next batch is made
     monkeypatch.setattr(writer, "MESSAGE_CACHE", 6)
     monkeypatch.setattr(writer, "TRIAL_CACHE", 3)
     monkeypatch.setattr(writer, "EPISODE_CACHE", 3)
