@@ -349,11 +349,18 @@ Datasets (from `ingest.generate`, fixed seeds):
 |---|---|---|---|---|
 {datasets}
 
+- *ingest*: `ingest()` on a fresh database, in process, until its engine is closed (so no
+  work, such as a last WAL checkpoint, can happen after the clock stops); the reader process it
+  forks is inside the clock.
 - *sqlite3 floor / COPY floor*: the same normalized rows (runs, tasks, messages, trials,
-  episodes, turns) inserted with plain `executemany` / `COPY`, rows built before the clock
-  starts; no dedup lookups, ledger, provenance or conflict checks.
+  episodes, turns) inserted with plain `executemany` / `COPY` into a database made by the
+  warehouse's migrations (same schema, indexes and SQLite page size), in one transaction;
+  rows built before the clock starts; no dedup lookups, ledger, provenance, summaries or
+  conflict checks.
 - *pandas path*: `pandas.read_parquet`, explode `conversations` to one row per message,
   `DataFrame.to_sql` into SQLite: what a user does without the warehouse.
+- *peak RSS*: the largest sum, sampled every 5 ms, of the proportional set sizes (PSS) of the
+  ingest process and its reader process (pages the fork shares count once).
 """)
 
 
