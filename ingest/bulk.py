@@ -3,11 +3,11 @@ talking to. Everything else hands rows here as tuples in a declared column order
 
 One writer at a time: a unit's transaction first takes the warehouse's write lock (SQLite's
 own lock through BEGIN IMMEDIATE; a transaction-scoped advisory lock on PostgreSQL), so what
-a unit looked up cannot change under it. That is what makes the fast paths safe: rows go
-straight to the DB-API cursor (executemany on SQLite, COPY on PostgreSQL) with no ON CONFLICT
-and no RETURNING, and new rows get ids allocated up front so children can be written at once.
-Concurrent ingests queue for the lock instead of racing (no duplicates, no deadlocks);
-readers are never blocked.
+a unit looked up cannot change under it. That is what makes the fast paths safe: rows are
+queued and flushed straight to the DB-API cursor (executemany on SQLite, COPY on PostgreSQL)
+with no ON CONFLICT and no RETURNING, and new rows get ids allocated up front so children can
+be queued at once. Concurrent ingests queue for the lock instead of racing (no duplicates, no
+deadlocks); readers are never blocked.
 
 Each column's SQLAlchemy bind processor is applied once per value, so rows are stored exactly
 as the ORM types would store them.

@@ -1,10 +1,12 @@
-"""The one writer both ingesters share: normalized records in, rows out.
+"""The one writer both ingesters share: prepared batches in (ingest.prepare: records made
+ready without the database), rows out.
 
 A unit (a Parquet shard, a trial directory) is written in one transaction together with its
 ledger row, so the ledger never claims more than the tables hold. Natural keys decide
 identity: a trial is (run, trial_name), an episode is (trial, trace_source, episode_index),
 a message is the hash of its text. A key seen again with the same content adds only
 provenance; with different content the first version is kept and a conflict is recorded.
+The unit's summary rows (warehouse.summaries) are refreshed in the same transaction.
 """
 
 from __future__ import annotations
