@@ -361,6 +361,9 @@ Datasets (from `ingest.generate`, fixed seeds):
   `DataFrame.to_sql` into SQLite: what a user does without the warehouse.
 - *peak RSS*: the largest sum, sampled every 5 ms, of the proportional set sizes (PSS) of the
   ingest process and its reader process (pages the fork shares count once).
+
+Where an ingest's time goes: `python -m bench.profile [--dataset math] [--pg URL]` profiles the
+writer's process and, separately, the reader's work.
 """)
 
 
