@@ -14,7 +14,7 @@ from ingest import trace_pipeline, writer
 from ingest.prepare import Batch
 from ingest.report import Progress, Summary, fail, one_unit, relative_unit
 from ingest.sources import Source, resolve
-from ingest.worker import Reader
+from ingest.worker import Reader, WorkerDied
 from warehouse.errors import WarehouseError
 
 HASH_CHUNK = 1 << 20
@@ -105,6 +105,8 @@ def _shard_error(hub, shard: Path, exc: Exception) -> str | None:
         return str(exc)
     if isinstance(exc, UnicodeError):
         return f"{shard}: text that is not valid UTF-8 ({exc.reason})"
+    if isinstance(exc, WorkerDied):  # killed, out of memory: this shard fails, the next gets a new reader
+        return f"{shard}: {exc}"
     return None
 
 

@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from helpers import conversation_of, counts, hub_row, write_shard
 from ingest.generate import generate_dataset
-from ingest.pipeline import ingest
+from ingest.pipeline import _prepared_batches, ingest
 from warehouse.db import schema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
@@ -425,3 +425,24 @@ def test_column_wise_reading_prepares_what_row_by_row_reading_does(tmp_path, pro
             compared += 1
             first += batch.num_rows
     assert compared > 3
+
+
+def _dies_on_first_shard(shard, run_name, run_override):
+    # Runs in the reader process, which has the real function under its own name.
+    if shard.name.startswith("train-00000"):
+        os._exit(9)  # as if the reader process were killed (out of memory)
+    yield from _prepared_batches(shard, run_name, run_override)
+
+
+def test_a_reader_that_dies_fails_its_shard_in_one_line_and_the_next_loads(engine, tmp_path, monkeypatch):
+    from ingest import pipeline
+
+    generate_dataset(tmp_path / "ds", "tiny", episodes="last", shards=2, seed=4)
+    monkeypatch.setattr(pipeline, "_prepared_batches", _dies_on_first_shard)
+    summary = ingest(engine, [str(tmp_path / "ds")])
+    assert summary.units_loaded == 1
+    assert len(summary.errors) == 1
+    assert "train-00000" in summary.errors[0] and "reader process ended unexpectedly" in summary.errors[0]
+    assert "\n" not in summary.errors[0]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM loads WHERE status = 'loaded'")).scalar() == 1
