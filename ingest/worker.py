@@ -69,7 +69,12 @@ class Reader:
             return
         if self._process is None:
             self._start()
-        self._jobs.send((produce, args))
+        try:
+            self._jobs.send((produce, args))
+        except OSError:  # it died between jobs: a new one takes this job
+            self._stop()
+            self._start()
+            self._jobs.send((produce, args))
         finished = False
         try:
             while True:
@@ -77,9 +82,8 @@ class Reader:
                     kind, value = pickle.loads(self._items.recv_bytes())
                 except EOFError:
                     self._process.join()
-                    code = self._process.exitcode
-                    self._process = None
-                    raise WorkerDied(f"the reader process ended unexpectedly (exit code {code})") from None
+                    raise WorkerDied(
+                        f"the reader process ended unexpectedly (exit code {self._process.exitcode})") from None
                 if kind == _ITEM:
                     yield value
                 else:

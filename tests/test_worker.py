@@ -86,3 +86,13 @@ def test_one_reader_serves_several_jobs_and_exits_by_itself():
     assert {i["pid"] for i in first} == {i["pid"] for i in second}  # the same process
     # Closing the job pipe is enough for it to exit (it was not terminated).
     assert process.exitcode == 0
+
+
+def test_after_a_reader_dies_the_next_job_gets_a_new_one_and_nothing_is_left_open():
+    open_before = len(os.listdir("/proc/self/fd"))
+    with Reader() as reader:
+        with pytest.raises(WorkerDied):
+            list(reader.run(_dies))
+        items = list(reader.run(_count, 2))
+    assert [i["i"] for i in items] == [0, 1]
+    assert len(os.listdir("/proc/self/fd")) == open_before  # the dead reader's pipes are closed too
