@@ -71,7 +71,7 @@ def normalize(shards: list[Path], dataset_name: str) -> NormalizedRows:
                 instruction_id = message(t.instruction) if t.instruction is not None else None
                 trial_id = id_of("trials", (run_id, t.trial_name), lambda i: (
                     i, run_id, task_id, t.trial_name, t.status, t.agent, t.model, t.model_provider, t.result,
-                    t.reward, t.exception_type, _sqlite_timestamp(t.started_at), t.date_raw, t.verifier_output,
+                    t.reward, t.exception_type, _stored_timestamp(t.started_at), t.date_raw, t.verifier_output,
                     instruction_id, t.source_run_id))
                 for ep in t.episodes:
                     key = (trial_id, ep.trace_source, ep.episode_index)
@@ -87,8 +87,8 @@ def normalize(shards: list[Path], dataset_name: str) -> NormalizedRows:
     return out
 
 
-def _sqlite_timestamp(value):
-    # As the warehouse stores it on SQLite (UTC, no offset); PostgreSQL's COPY takes it the same way.
+def _stored_timestamp(value):
+    # The text the warehouse stores on SQLite (UTC, no offset); COPY parses the same text.
     return None if value is None else value.astimezone(timezone.utc).replace(tzinfo=None).isoformat(sep=" ")
 
 

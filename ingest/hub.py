@@ -6,24 +6,23 @@ nothing about the database."""
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from itertools import repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingest.prefetch import prefetch
-from ingest.prepare import Batch, message_row, prepare, roles_and_digests_hash, trial_values
+from ingest.prepare import Batch, message_hash, message_row, prepare, roles_and_digests_hash, trial_values
 from ingest.records import Episode, Rejected, Trial, Turn
 from warehouse.errors import first_line
 
@@ -37,6 +36,8 @@ STRING_COLUMNS = ("trial_name", "episode", *TRIAL_COLUMNS)
 EPISODE_RE = re.compile(r"episode-(\d+)\Z")
 TRACE_SOURCE = "trace_source"
 BATCH_ROWS = 128
+
+T = TypeVar("T")
 
 
 class ShardError(Exception):
@@ -93,26 +94,29 @@ def read_batches(pf: pq.ParquetFile, path: Path, run_name: str, run_override: st
     of {role, content} with a role, every text valid UTF-8) is prepared column by column
     straight from Arrow; any other batch goes row by row through `rows_of`, whose checks
     reject the rows at fault by name."""
-    row_number = 0
-    try:
-        for batch in prefetch(pf.iter_batches(batch_size=batch_rows)):
-            prepared = _columnar(batch, path, row_number, run_name, run_override)
-            if prepared is None:
-                prepared = prepare(*rows_of(batch, path, row_number, run_name, run_override), batch.nbytes)
-            yield prepared
-            row_number += batch.num_rows
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        raise ShardError(f"{path}: unreadable at row {row_number} ({first_line(exc)})") from None
+    def prepared(batch: pa.RecordBatch, first_row: int) -> Batch:
+        return (_columnar(batch, path, first_row, run_name, run_override)
+                or prepare(*rows_of(batch, path, first_row, run_name, run_override), batch.nbytes))
+
+    return _each_batch(pf, path, batch_rows, prepared)
 
 
 def read_rows(pf: pq.ParquetFile, path: Path, run_name: str, run_override: str | None,
               batch_rows: int = BATCH_ROWS) -> Iterator[tuple[list[Trial], list[Rejected], int]]:
     """Yield (trials, rejected rows, bytes read) per record batch. Each Trial carries the one
     episode of its row; the writer merges repeated trials."""
+    return _each_batch(pf, path, batch_rows, lambda batch, first_row: (
+        *rows_of(batch, path, first_row, run_name, run_override), batch.nbytes))
+
+
+def _each_batch(pf: pq.ParquetFile, path: Path, batch_rows: int,
+                make: Callable[[pa.RecordBatch, int], T]) -> Iterator[T]:
+    """make(record batch, its first row number) for each record batch, read ahead in a
+    thread; what cannot be read is a ShardError naming the row it was at."""
     row_number = 0
     try:
         for batch in prefetch(pf.iter_batches(batch_size=batch_rows)):
-            yield *rows_of(batch, path, row_number, run_name, run_override), batch.nbytes
+            yield make(batch, row_number)
             row_number += batch.num_rows
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise ShardError(f"{path}: unreadable at row {row_number} ({first_line(exc)})") from None
@@ -175,13 +179,11 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
         return None
     if None in roles or "" in roles:
         return None
-    sha256 = hashlib.sha256
-    # Valid UTF-8 holds no lone surrogate, so strict encoding gives each text's exact bytes.
-    digests = [None if text is None else sha256(text.encode()).digest() for text in contents]
+    digests = [None if text is None else message_hash(text) for text in contents]
     messages: dict[bytes, tuple[str, bytes | None, int]] = {}
     for digest, text in zip(digests, contents):
         if digest is not None and digest not in messages:
-            messages[digest] = (text, None, len(text)) if text.isascii() and "\x00" not in text else message_row(text)
+            messages[digest] = message_row(text)
 
     trials, episodes = [], []
     turns: list[tuple[str, bytes | None, None]] = []
@@ -193,7 +195,7 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
             return None  # the row path rejects it, without keeping its texts
         instruction = None
         if trial.instruction is not None:
-            instruction = sha256(trial.instruction.encode()).digest()
+            instruction = message_hash(trial.instruction)
             messages.setdefault(instruction, message_row(trial.instruction))
         lo, hi = offsets[i] - start, offsets[i + 1] - start
         ep = trial.episodes[0]

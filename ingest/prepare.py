@@ -75,13 +75,12 @@ def message_row(text: str) -> tuple[str, bytes | None, int]:
 
 
 def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes: int = 0) -> Batch:
-    sha256 = hashlib.sha256
     messages: dict[bytes, tuple[str, bytes | None, int]] = {}
 
     def digest(text: str | None) -> bytes | None:
         if text is None:
             return None
-        h = sha256(text.encode("utf-8", "surrogatepass")).digest()
+        h = message_hash(text)
         if h not in messages:
             messages[h] = message_row(text)
         return h
