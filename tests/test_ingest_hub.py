@@ -402,6 +402,19 @@ def test_reference_checks_are_off_only_inside_an_ingest_unit(tmp_path):
         engine.dispose()
 
 
+def test_every_column_ingest_writes_has_a_binary_copy_type():
+    # PostgreSQL COPY runs in binary, which names each column's type; a column type added to
+    # the schema without one would fail only at the first PostgreSQL ingest.
+    from sqlalchemy.dialects.postgresql import psycopg
+
+    from ingest import bulk, writer
+
+    dialect = psycopg.dialect()
+    for table in writer.T.values():
+        for column in table.columns:
+            assert column.type.compile(dialect=dialect) in bulk._PG_BINARY_TYPES, (table.name, column.name)
+
+
 @pytest.mark.parametrize("profile", ["tiny", "tb", "math"])
 def test_column_wise_reading_prepares_what_row_by_row_reading_does(tmp_path, profile):
     from ingest import hub
