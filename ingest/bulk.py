@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from sqlalchemy import Connection, LargeBinary, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
 from warehouse.db import models
+from warehouse.db.types import UtcDateTime
 
 # Keys per lookup statement: well under SQLite's 32,766 and PostgreSQL's 65,535 parameters
 # even for three-column keys.
@@ -66,7 +68,7 @@ class Bulk:
         self._bind: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._result: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._next_id: dict[str, int] = {}
-        self._spare_ids: dict[str, list[int]] = {}
+        self._spare_ids: dict[str, range] = {}
         self._ids_conn = None  # PostgreSQL: the connection ids are fetched on
         self._copier: ThreadPoolExecutor | None = None  # PostgreSQL: the thread flushes are written in
         self._flushing: Future | None = None
@@ -78,9 +80,7 @@ class Bulk:
     def _encode(self, table: Table, cols: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[tuple]:
         key = (table.name, tuple(cols))
         if key not in self._bind:
-            # Both drivers take bytes as they are; SQLAlchemy's Binary wrapper only costs time.
-            self._bind[key] = [None if isinstance(table.c[c].type, LargeBinary)
-                               else table.c[c].type._cached_bind_processor(self.dialect) for c in cols]
+            self._bind[key] = [self._bind_processor(table.c[c].type) for c in cols]
         procs = self._bind[key]
         active = [(i, p) for i, p in enumerate(procs) if p is not None]
         if not active:
@@ -100,6 +100,16 @@ class Bulk:
                     row[i] = proc(row[i])
             out.append(tuple(row))
         return out
+
+    def _bind_processor(self, column_type) -> Processor:
+        # Both drivers take bytes as they are; SQLAlchemy's Binary wrapper only costs time.
+        if isinstance(column_type, LargeBinary):
+            return None
+        # A timestamp on SQLite is the text UtcDateTime and SQLite's DATETIME make together,
+        # made here in one C call (a test holds the two equal).
+        if self.is_sqlite and isinstance(column_type, UtcDateTime):
+            return sqlite_timestamp
+        return column_type._cached_bind_processor(self.dialect)
 
     def _decoder(self, table: Table, cols: Sequence[str], description) -> Callable[[Sequence[Any]], tuple]:
         key = (table.name, tuple(cols))
@@ -175,23 +185,28 @@ class Bulk:
             start = self._next_id[table.name]
             self._next_id[table.name] = start + n
             return list(range(start, start + n))
-        # PostgreSQL: ids come from the table's sequence, fetched a block at a time so a unit
-        # of many batches makes a few round trips, not one per batch, and on a connection of
-        # their own, so they never wait for a flush in flight (nextval is not transactional:
-        # another connection's values are as good). Ids left over when the unit ends are gaps,
+        # PostgreSQL: ids come from the table's sequence, a block at a time, on a connection of
+        # their own so they never wait for a flush in flight (sequences are not transactional:
+        # another connection's values are as good). A block is reserved in one statement by
+        # moving the sequence past it; that is safe because every writer of these tables holds
+        # the write lock (see the module docstring). Ids left over when the unit ends are gaps,
         # as after any rollback.
-        spare = self._spare_ids.setdefault(table.name, [])
+        spare = self._spare_ids.get(table.name, range(0))
         if len(spare) < n:
             if self._ids_conn is None:
                 self._ids_conn = self.conn.engine.raw_connection()
+            block = max(n - len(spare), PG_ID_BLOCK)
             cur = self._ids_conn.cursor()
-            cur.execute("SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-                        (table.name, max(n - len(spare), PG_ID_BLOCK)))
-            spare += [r[0] for r in cur.fetchall()]
+            cur.execute("SELECT setval(s, nextval(s) + %s - 1) FROM pg_get_serial_sequence(%s, 'id') AS s",
+                        (block, table.name))
+            last = cur.fetchone()[0]
             cur.close()
-        ids = spare[:n]
-        del spare[:n]
-        return ids
+            fresh = range(last - block + 1, last + 1)
+            taken = n - len(spare)
+            self._spare_ids[table.name] = fresh[taken:]
+            return [*spare, *fresh[:taken]]
+        self._spare_ids[table.name] = spare[n:]
+        return list(spare[:n])
 
     def insert(self, table: Table, cols: Sequence[str], rows: list[Sequence[Any]]) -> None:
         """Queue rows the caller knows are new (it holds the write lock and looked them up).
@@ -207,9 +222,10 @@ class Bulk:
 
     def should_flush(self, queued_text_bytes: int) -> bool:
         """Whether the queued rows should be written now. SQLite writes in process, so each
-        batch's rows go at once; PostgreSQL pays a round trip per COPY, so rows wait for a
-        large flush, within a bound on the memory they hold."""
-        if self.is_sqlite:
+        batch's rows go at once. PostgreSQL's server is the slower side: the queued rows go
+        as soon as it has finished the previous flush, so it never idles while rows wait, and
+        otherwise wait for it, within a bound on the memory they hold."""
+        if self.is_sqlite or self._flushing is None or self._flushing.done():
             return True
         return self.pending_rows >= PG_FLUSH_ROWS or queued_text_bytes >= PG_FLUSH_BYTES
 
@@ -276,6 +292,13 @@ class Bulk:
 
     def _copy_types(self, table: Table, cols: Sequence[str]) -> list[str]:
         return [_PG_BINARY_TYPES[table.c[c].type.compile(dialect=self.dialect)] for c in cols]
+
+
+def sqlite_timestamp(value: datetime) -> str:
+    """A datetime as stored on SQLite: in UTC (naive taken as UTC), 'YYYY-MM-DD HH:MM:SS.ffffff'."""
+    if value.tzinfo is not None and value.tzinfo is not timezone.utc:
+        value = value.astimezone(timezone.utc)
+    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def lock_for_writing(conn: Connection) -> None:

@@ -415,6 +415,21 @@ def test_every_column_ingest_writes_has_a_binary_copy_type():
             assert column.type.compile(dialect=dialect) in bulk._PG_BINARY_TYPES, (table.name, column.name)
 
 
+def test_ingest_stores_timestamps_on_sqlite_as_the_orm_type_does():
+    from datetime import datetime, timedelta, timezone
+
+    from sqlalchemy.dialects import sqlite
+
+    from ingest.bulk import sqlite_timestamp
+    from warehouse.db.types import UtcDateTime
+
+    orm = UtcDateTime()._cached_bind_processor(sqlite.dialect())
+    for value in (datetime(2024, 1, 2, 3, 4, 5), datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc),
+                  datetime(1, 1, 1), datetime(999, 5, 5, tzinfo=timezone(timedelta(hours=3, minutes=30))),
+                  datetime(2024, 12, 31, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-5)))):
+        assert sqlite_timestamp(value) == orm(value), value
+
+
 @pytest.mark.parametrize("profile", ["tiny", "tb", "math"])
 def test_column_wise_reading_prepares_what_row_by_row_reading_does(tmp_path, profile):
     from ingest import hub
