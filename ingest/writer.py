@@ -128,7 +128,7 @@ class UnitWriter:
         self._message_ids: dict[bytes, int] = {}
         self._trial_ids: dict[tuple[int, str], int] = {}
         self._trial_values: dict[int, dict[str, Any]] = {}
-        self._episodes: dict[tuple[int, str, int], tuple[int, str]] = {}
+        self._episodes: dict[tuple[int, str, int], tuple[int, str, dict | None]] = {}  # id, hash, extra
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
         self.touched_trials: set[int] = set()  # inserted, filled in or given episodes: to summarize
         self._next_row = 0
@@ -351,8 +351,8 @@ class UnitWriter:
         episodes_t = T["episodes"]
         key_cols = ["trial_id", "trace_source", "episode_index"]
         unknown = [key for key, *_ in keyed if key not in self._episodes]
-        found = self._lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash"], parent="trials")
-        self._episodes.update({k: (v[0], v[1]) for k, v in found.items()})
+        found = self._lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash", "extra"], parent="trials")
+        self._episodes.update(found)
         new: dict[tuple, tuple] = {}
         for key, _, (*_, n_turns, n_chars, chash, extra, _) in keyed:
             if key not in self._episodes and key not in new:
@@ -361,30 +361,37 @@ class UnitWriter:
         if new:
             ids = self._insert_new(episodes_t, key_cols, new, ["n_turns", "n_chars", "conversation_hash", "extra"])
             for key, ep_id in ids.items():
-                self._episodes[key] = (ep_id, new[key][2])
+                self._episodes[key] = (ep_id, new[key][2], new[key][3])
             inserted = set(ids)
             self.touched_trials.update(trial_id for trial_id, _, _ in ids)
         turn_rows = []
         provenance = []
         message_ids = self._message_ids
         turns = batch.turns
-        for key, row_number, (*_, n_turns, _, chash, _, first) in keyed:
-            ep_id, kept_hash = self._episodes[key]
+        for key, row_number, (*_, n_turns, _, chash, extra, first) in keyed:
+            ep_id, kept_hash, kept_extra = self._episodes[key]
             if key in inserted:
                 inserted.discard(key)  # a second copy of the key in this unit is a duplicate
                 self.counts.n_episodes_new += 1
                 self.counts.n_turns += n_turns
-                turn_rows += [(ep_id, idx, role, message_ids[digest] if digest is not None else None, extra)
-                              for idx, (role, digest, extra) in enumerate(turns[first:first + n_turns])]
-                provenance.append((self.load_id, row_number, ep_id))
-            elif kept_hash == chash:
+                turn_rows += [(ep_id, idx, role, message_ids[digest] if digest is not None else None, turn_extra)
+                              for idx, (role, digest, turn_extra) in enumerate(turns[first:first + n_turns])]
+                provenance.append((self.load_id, row_number, ep_id, None))
+                continue
+            if kept_hash == chash:
                 self.counts.n_episodes_duplicate += 1
-                provenance.append((self.load_id, row_number, ep_id))
             else:
+                # The stored conversation is kept; this row's is kept in the conflict (its texts
+                # are stored messages), so an export of this row's source can give it back.
+                conversation = [[role, message_ids[digest] if digest is not None else None, turn_extra]
+                                for role, digest, turn_extra in turns[first:first + n_turns]]
                 self._conflict("episode", ep_id, "conversation", {"conversation_hash": kept_hash},
-                               {"conversation_hash": chash, "n_turns": n_turns}, row_number)
+                               {"conversation_hash": chash, "n_turns": n_turns, "turns": conversation}, row_number)
+            # The row's own extra columns, where they differ from the stored episode's.
+            own_extra = None if (extra or None) == (kept_extra or None) else (extra or {})
+            provenance.append((self.load_id, row_number, ep_id, own_extra))
         self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], turn_rows)
-        self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id"], provenance)
+        self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], provenance)
 
     def _conflict(self, entity: str, entity_id: int, field_name: str | None, kept: dict, incoming: dict,
                   row_number: int | None) -> None:

@@ -105,7 +105,7 @@ def dump(engine: Engine, *, order_independent: bool = False) -> dict[str, list[s
     out["messages"] = [dict(_drop(m, ["id", "content_hash"]), hash=bytes(m["content_hash"]).hex())
                        for m in messages]
     out["episode_loads"] = [{"load": load_key[el["load_id"]], "row_number": el["row_number"],
-                             "episode": episode_key[el["episode_id"]]} for el in episode_loads]
+                             "episode": episode_key[el["episode_id"]], "extra": el["extra"]} for el in episode_loads]
     out["trial_loads"] = [{"load": load_key[tl["load_id"]], "trial": trial_key[tl["trial_id"]]}
                           for tl in trial_loads]
     out["conflicts"] = [_conflict(c, load_key, trial_key, episode_key, message_key) for c in conflicts]
@@ -127,6 +127,9 @@ def _conflict(c, load_key, trial_key, episode_key, message_key) -> dict[str, Any
         for side in ("kept", "incoming"):
             value = (row[side] or {}).get("instruction_id")
             row[side] = {"instruction": message_key.get(value)}
+    if c["field"] == "conversation":  # the row's turns name message ids too
+        row["incoming"] = dict(row["incoming"], turns=[[role, message_key.get(message_id), extra]
+                                                       for role, message_id, extra in row["incoming"]["turns"]])
     return row
 
 

@@ -95,7 +95,7 @@ class LoadCounter:
             SELECT (SELECT count(*) FROM loads WHERE status <> 'loaded'),
                    (SELECT coalesce(sum(n_episodes_new), 0) FROM loads), (SELECT count(*) FROM episodes),
                    (SELECT coalesce(sum(n_turns), 0) FROM loads), (SELECT count(*) FROM turns),
-                   (SELECT coalesce(sum(n_episodes_new + n_episodes_duplicate), 0) FROM loads),
+                   (SELECT coalesce(sum(n_rows), 0) FROM loads),  -- every accepted row, conflicting ones too
                    (SELECT count(*) FROM episode_loads),
                    (SELECT coalesce(sum(n_trials), 0) FROM loads), (SELECT count(*) FROM trial_loads),
                    (SELECT coalesce(sum(n_conflicts), 0) FROM loads), (SELECT count(*) FROM conflicts)""")

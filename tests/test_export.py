@@ -198,6 +198,48 @@ def test_second_source_values_of_a_trial_come_back(engine, tmp_path):
     assert counts(engine)["conflicts"] >= 2
 
 
+def test_a_row_whose_conversation_conflicts_comes_back_from_its_own_source(engine, tmp_path):
+    """A second dataset with another conversation under a stored episode's key: the tables keep
+    the first version, the conflict keeps the row's own, and each source exports exactly what
+    it had."""
+    write_shard(tmp_path / "one" / "data" / "train-00000-of-00001.parquet",
+                [hub_row("t__abcdefg", 0, [("user", "x"), ("assistant", "first answer")])])
+    write_shard(tmp_path / "two" / "data" / "train-00000-of-00001.parquet",
+                [hub_row("u__hijklmn", 0, [("user", "y")]),
+                 hub_row("t__abcdefg", 0, [("user", "x"), ("assistant", "second answer"), ("user", "more\x00")]),
+                 hub_row("t__abcdefg", 1, [("user", "x")])])
+    round_trip(engine, tmp_path / "one", tmp_path / "out-one")
+    round_trip(engine, tmp_path / "two", tmp_path / "out-two")
+    assert counts(engine)["conflicts"] == 1
+
+    by_run = pq.read_table(export_hub(engine, tmp_path / "out-run", runs=[UUID]).files[0]).to_pylist()
+    first = [r for r in by_run if (r["trial_name"], r["episode"]) == ("t__abcdefg", "episode-0")]
+    assert [m["content"] for m in first[0]["conversations"]] == ["x", "first answer"]
+    assert len(by_run) == 3
+
+    # A load from before schema 0005 kept no provenance for such a row: the export says so.
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM episode_loads WHERE (load_id, row_number) IN "
+                          "(SELECT load_id, row_number FROM conflicts WHERE entity = 'episode')"))
+    info = export_hub(engine, tmp_path / "out-legacy", sources=[str(tmp_path / "two")])
+    assert info.n_rows == 2 and len(info.notes) == 1 and "1 rows differ" in info.notes[0]
+
+
+def test_a_repeated_episode_keeps_each_rows_own_extra_columns(engine, tmp_path):
+    """The same episode (same conversation) in two datasets whose other columns differ: one
+    episode, no conflict, and each dataset's rows come back with their own columns."""
+    conversation = [("user", "x"), ("assistant", "y")]
+    write_shard(tmp_path / "one" / "data" / "train-00000-of-00001.parquet",
+                [hub_row("t__abcdefg", 0, conversation, split="train")])
+    write_shard(tmp_path / "two" / "data" / "train-00000-of-00001.parquet",
+                [hub_row("t__abcdefg", 0, conversation, split="test", episode="episode-000", note="kept"),
+                 hub_row("t__abcdefg", 1, conversation, split="test", note=None)])
+    round_trip(engine, tmp_path / "one", tmp_path / "out-one")
+    round_trip(engine, tmp_path / "two", tmp_path / "out-two")
+    c = counts(engine)
+    assert (c["episodes"], c["episode_loads"], c["conflicts"]) == (2, 3, 0)
+
+
 # --- selection -----------------------------------------------------------------------------
 
 

@@ -231,9 +231,10 @@ def _any_row(conn: Connection, where: list) -> bool:
 
 
 def _provenance_query(output: _Output):
-    """(load_id, row_number, episode_id, from_hub) of the output's rows, in load and row order."""
+    """(load_id, row_number, episode_id, from_hub, the row's own extra or None) of the output's
+    rows, in load and row order."""
     el = EPISODE_LOADS
-    stmt = (select(el.c.load_id, el.c.row_number, el.c.episode_id, LOADS.c.arrow_schema.is_not(None))
+    stmt = (select(el.c.load_id, el.c.row_number, el.c.episode_id, LOADS.c.arrow_schema.is_not(None), el.c.extra)
             .select_from(_PROVENANCE).where(*output.where).order_by(el.c.load_id, el.c.row_number))
     if output.dedupe:
         earlier = aliased(el)
@@ -250,8 +251,12 @@ def _missing_rows(conn: Connection, source_ids: list[int]) -> list[str]:
         LOADS.c.source_id.in_(source_ids), LOADS.c.n_rejected > 0).order_by(LOADS.c.id)
     for unit, n in conn.execute(rejected):
         notes.append(f"{unit}: {n} rows were rejected at ingest and are not in the warehouse")
+    # Since schema 0005 a conflicting row keeps its own conversation and comes back; rows of
+    # older loads only left a hash in the conflict and no provenance.
+    kept = exists().where(EPISODE_LOADS.c.load_id == CONFLICTS.c.load_id,
+                          EPISODE_LOADS.c.row_number == CONFLICTS.c.row_number)
     conflicted = (select(LOADS.c.unit, func.count()).join_from(CONFLICTS, LOADS, LOADS.c.id == CONFLICTS.c.load_id)
-                  .where(LOADS.c.source_id.in_(source_ids), CONFLICTS.c.entity == "episode")
+                  .where(LOADS.c.source_id.in_(source_ids), CONFLICTS.c.entity == "episode", ~kept)
                   .group_by(LOADS.c.id, LOADS.c.unit).order_by(LOADS.c.id))
     for unit, n in conn.execute(conflicted):
         notes.append(f"{unit}: {n} rows differ from an episode stored before with the same key "
@@ -292,19 +297,25 @@ class _RowBuilder:
                                     TURNS.c.episode_id, episodes):
             turns.setdefault(turn.episode_id, []).append(turn)
         overlay, overlay_messages = self._conflicts({r[0] for r in chunk}, trial_ids)
+        own_turns = self._conflicting_conversations(chunk)
         texts = self._texts({t.message_id for ts in turns.values() for t in ts}
-                            | {t.instruction_id for t in trials.values()} | overlay_messages)
-        for load_id, _row_number, episode_id, from_hub in chunk:
+                            | {t.instruction_id for t in trials.values()} | overlay_messages
+                            | {message_id for ts in own_turns.values() for _, message_id, _ in ts})
+        for load_id, row_number, episode_id, from_hub, own_extra in chunk:
             episode = episodes[episode_id]
             trial = trials[episode.trial_id]
-            conversation = [_message(t, texts) for t in turns.get(episode_id, [])]
+            if (load_id, row_number) in own_turns:  # this row's conversation conflicted with the stored one
+                conversation = [_message(*t, texts) for t in own_turns[load_id, row_number]]
+            else:
+                conversation = [_message(t.role, t.message_id, t.extra, texts) for t in turns.get(episode_id, [])]
             values = {
                 **self._trial_values(trial, texts, overlay.get((load_id, trial.id), {})),
                 "conversations": conversation,
                 "episode": f"episode-{episode.episode_index}",
                 "trace_source": episode.trace_source,
             }
-            values = _hub_row(values, episode.extra) if from_hub else _harbor_row(values, episode.extra)
+            extra = own_extra if own_extra is not None else episode.extra
+            values = _hub_row(values, extra) if from_hub else _harbor_row(values, extra)
             size = sum(len(m["content"] or "") for m in conversation) + len(values.get("verifier_output") or "")
             yield values, size
 
@@ -337,6 +348,17 @@ class _RowBuilder:
         messages = {v.get("instruction") for v in overlay.values()} - {None}
         return overlay, messages
 
+    def _conflicting_conversations(self, chunk: Sequence[tuple]) -> dict[tuple[int, int], list]:
+        """{(load_id, row_number): [[role, message_id, extra], ...]}: the rows of the chunk whose
+        conversation differed from the stored episode's, as their conflicts keep them."""
+        rows = {(r[0], r[1]) for r in chunk}
+        stmt = select(CONFLICTS.c.load_id, CONFLICTS.c.row_number, CONFLICTS.c.incoming).where(
+            CONFLICTS.c.entity == "episode", CONFLICTS.c.field == "conversation",
+            CONFLICTS.c.load_id.in_({load_id for load_id, _ in rows}))
+        return {(load_id, row_number): incoming["turns"]
+                for load_id, row_number, incoming in self._select_in(stmt, CONFLICTS.c.entity_id, {r[2] for r in chunk})
+                if (load_id, row_number) in rows and "turns" in incoming}
+
     def _texts(self, ids: Iterable[int | None]) -> dict[int, str]:
         """Exact message texts by id."""
         texts = {}
@@ -360,11 +382,10 @@ class _RowBuilder:
             yield from self.conn.execute(stmt.where(column.in_(ids[start:start + IN_CHUNK])))
 
 
-def _message(turn, texts: dict[int, str]) -> dict[str, Any]:
+def _message(role: str, message_id: int | None, extra: dict | None, texts: dict[int, str]) -> dict[str, Any]:
     """One conversation struct: role, content (null when the source had null) and any other
     fields the source's struct had (kept in turns.extra)."""
-    return {**(turn.extra or {}), "role": turn.role,
-            "content": texts[turn.message_id] if turn.message_id is not None else None}
+    return {**(extra or {}), "role": role, "content": texts[message_id] if message_id is not None else None}
 
 
 def _hub_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:

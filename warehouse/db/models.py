@@ -213,7 +213,9 @@ class Message(Base):
 
 
 class EpisodeLoad(Base):
-    """Which unit (and row of it) each episode came from; one episode can be in many."""
+    """Which unit (and row of it) each episode came from; one episode can be in many. Every
+    accepted row has one, including a row whose conversation conflicts with the stored episode
+    (the conflict holds that row's conversation)."""
 
     __tablename__ = "episode_loads"
     __table_args__ = (Index(None, "episode_id"),)
@@ -221,6 +223,8 @@ class EpisodeLoad(Base):
     load_id: Mapped[int] = mapped_column(ForeignKey("loads.id"), primary_key=True)
     row_number: Mapped[int] = mapped_column(primary_key=True)
     episode_id: Mapped[int] = mapped_column(ForeignKey("episodes.id"))
+    # The row's own extra columns when they differ from the episode's ({} for none); else NULL.
+    extra: Mapped[dict[str, Any] | None]
 
 
 class TrialLoad(Base):
