@@ -143,21 +143,28 @@ class Bulk:
 
     def _lookup_statements(self, table: Table, key_cols: Sequence[str], cols: Sequence[str], keys: list[tuple]):
         width = len(key_cols)
-        select = f"SELECT {', '.join('t.' + c for c in cols)} FROM {table.name} t "
+        columns = ", ".join("t." + c for c in cols)
+        join = " AND ".join(f"t.{c} = k.{c}" for c in key_cols)
         if self.is_sqlite:
-            # SQLite runs in-process: many small IN lists cost nothing but their parameters.
+            # SQLite runs in-process: many small statements cost nothing but their parameters.
+            # A composite key is matched by a join that starts from the keys (CROSS JOIN fixes
+            # the order), so each one is an index search: `(a, b) IN (VALUES ...)` would scan
+            # the whole index once per statement, however few the keys.
+            one = "(" + ", ".join("?" * width) + ")"
             for chunk in chunks(keys, max(1, LOOKUP_CHUNK // width)):
-                one = "(" + ", ".join("?" * width) + ")"
-                target = key_cols[0] if width == 1 else f"({', '.join(key_cols)})"
-                values = ", ".join(["?"] * len(chunk)) if width == 1 else "VALUES " + ", ".join([one] * len(chunk))
-                yield select + f"WHERE {target} IN ({values})", [v for key in self._encode(table, key_cols, chunk) for v in key]
+                params = [v for key in self._encode(table, key_cols, chunk) for v in key]
+                if width == 1:
+                    yield (f"SELECT {columns} FROM {table.name} t WHERE t.{key_cols[0]} IN "
+                           f"({', '.join(['?'] * len(chunk))})"), params
+                else:
+                    yield (f"WITH k({', '.join(key_cols)}) AS (VALUES {', '.join([one] * len(chunk))}) "
+                           f"SELECT {columns} FROM k CROSS JOIN {table.name} t WHERE {join}"), params
             return
         # PostgreSQL: one array per key column, so the statement text never changes (parsed and
         # planned once) and a round trip carries thousands of keys.
         types = [table.c[c].type.compile(dialect=self.dialect) for c in key_cols]
         arrays = ", ".join(f"%s::{t}[]" for t in types)
-        join = " AND ".join(f"t.{c} = k.{c}" for c in key_cols)
-        sql = select + f"JOIN unnest({arrays}) AS k({', '.join(key_cols)}) ON {join}"
+        sql = f"SELECT {columns} FROM {table.name} t JOIN unnest({arrays}) AS k({', '.join(key_cols)}) ON {join}"
         for chunk in chunks(keys, PG_LOOKUP_CHUNK):
             encoded = self._encode(table, key_cols, chunk)
             yield sql, [list(column) for column in zip(*encoded)]

@@ -402,6 +402,29 @@ def test_reference_checks_are_off_only_inside_an_ingest_unit(tmp_path):
         engine.dispose()
 
 
+def test_lookups_on_sqlite_search_an_index_instead_of_scanning_the_table(tmp_path):
+    # A lookup runs for every batch of an ingest into a non-empty warehouse; one that scanned
+    # the table would make each ingest slower the more the warehouse holds.
+    from ingest import bulk, writer
+    from warehouse.db.engine import make_engine, resolve_url
+
+    engine = make_engine(resolve_url(str(tmp_path / "w.db")))
+    schema.upgrade(engine)
+    lookups = [("messages", ["content_hash"], [(b"x" * 32,), (b"y" * 32,)]),
+               ("trials", ["run_id", "trial_name"], [(1, "a"), (2, "b")]),
+               ("episodes", ["trial_id", "trace_source", "episode_index"], [(1, "main", 0), (1, "main", 1)])]
+    try:
+        with engine.begin() as conn:
+            b = bulk.Bulk(conn)
+            for name, key_cols, keys in lookups:
+                for sql, params in b._lookup_statements(writer.T[name], key_cols, [*key_cols, "id"], keys):
+                    plan = [row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", tuple(params))]
+                    assert any(step.startswith("SEARCH t ") for step in plan), (name, plan)
+                    assert not any(step.startswith("SCAN t") for step in plan), (name, plan)
+    finally:
+        engine.dispose()
+
+
 def test_every_column_ingest_writes_has_a_binary_copy_type():
     # PostgreSQL COPY runs in binary, which names each column's type; a column type added to
     # the schema without one would fail only at the first PostgreSQL ingest.
