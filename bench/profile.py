@@ -1,6 +1,5 @@
 """Where an ingest's time goes: the writer's process under cProfile, then the reader's work
-(reading and preparing the shards) under cProfile on its own, then (SQLite) the bound of this
-design: what an ingest would take if the writer had nothing left to do but execute rows.
+(reading and preparing the shards) under cProfile on its own.
 
     python -m bench.profile [--dataset math] [--pg postgresql://…] [--top 15]
 
@@ -66,66 +65,6 @@ def reader_profile(dataset: Path, top: int) -> None:
     print(_top(profile, top))
 
 
-_BOUND_TABLES: list[tuple[str, tuple, list]] = []
-
-
-def _bound_batches(n_batches: int):
-    for i in range(n_batches):
-        yield [(name, cols, data[i * len(data) // n_batches:(i + 1) * len(data) // n_batches])
-               for name, cols, data in _BOUND_TABLES]
-
-
-def execute_only_bound(dataset: Path, repeat: int = 3) -> None:
-    """The ingest's two-process design with the writer's work cut to the bone: the reader
-    process sends the floor's rows (ids assigned) and the provenance rows in batches as the
-    ingest's are, and the writer only runs executemany, the summary refresh and the commit.
-    Against the sqlite3 floor measured in the same process: the least this design can cost."""
-    from sqlalchemy import text
-
-    from bench import floors
-    from ingest.worker import Reader
-    from ingest.writer import ensure_source
-    from warehouse import summaries
-    from warehouse.db.session import write_transaction
-
-    rows = floors.normalize(_shards(dataset), dataset.name)
-    provenance = [("episode_loads", ("load_id", "row_number", "episode_id"),
-                   [(1, i, episode[0]) for i, episode in enumerate(rows.episodes)]),
-                  ("trial_loads", ("trial_id", "load_id"), [(trial[0], 1) for trial in rows.trials])]
-    # The reader process is forked at its first job and inherits the rows from here.
-    _BOUND_TABLES[:] = [*rows.tables(), *provenance]
-    n_batches = max(1, len(rows.episodes) // 128)  # the ingest's batch size
-
-    db = ROOT / "bench" / "out" / "work" / "bound.db"
-    bound, floor = [], []
-    for _ in range(repeat):
-        engine = _fresh_sqlite(db)
-        source_id = ensure_source(engine, "parquet", "bound", "bound")
-        started = time.perf_counter()
-        with Reader() as reader, write_transaction(engine, check_references=False) as conn:
-            conn.execute(text(
-                "INSERT INTO loads (id, source_id, unit, content_hash, status, started_at, finished_at, tool_version, "
-                "n_rows, n_trials, n_episodes_new, n_episodes_duplicate, n_conflicts, n_rejected, n_turns, n_bytes) "
-                "VALUES (1, :source, 'bound', 'bound', 'loading', '2026-01-01', '2026-01-01', '-', 0, 0, 0, 0, 0, 0, "
-                "0, 0)"), {"source": source_id})
-            cur = conn.connection.driver_connection.cursor()
-            for batch in reader.run(_bound_batches, n_batches):
-                for name, cols, data in batch:
-                    cur.executemany(f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                                    data)
-            summaries.refresh(conn, 1, [trial[0] for trial in rows.trials])
-            conn.execute(text("UPDATE loads SET status = 'loaded' WHERE id = 1"))
-        engine.dispose()
-        bound.append(time.perf_counter() - started)
-        _fresh_sqlite(db).dispose()
-        started = time.perf_counter()
-        floors.sqlite_floor(rows, db)
-        floor.append(time.perf_counter() - started)
-    b, f = sorted(bound)[len(bound) // 2], sorted(floor)[len(floor) // 2]
-    print(f"== bound of the design: {dataset.name} into SQLite, rows ready, writer only executes: {b:.2f} s; "
-          f"sqlite3 floor {f:.2f} s; {b / f:.2f}x (medians of {repeat})")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="math")
@@ -137,8 +76,6 @@ def main() -> None:
         sys.exit(f"{dataset}: not generated yet; run python -m bench.run first")
     writer_profile(dataset, args.pg, args.top)
     reader_profile(dataset, args.top)
-    if not args.pg:
-        execute_only_bound(dataset)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,9 @@ def child(method: str, dataset: Path, work: Path, pg: str | None) -> dict:
             result["seconds"] = time.perf_counter() - t0
             _drop_postgres(admin, name)
         result["distinct_text_bytes"] = floors.distinct_text_bytes(rows)
+    elif method == "bound-sqlite":
+        rows = floors.normalize(shards, dataset.name)
+        result["seconds"] = floors.sqlite_writer_bound(rows, _fresh_sqlite(db))
     elif method == "pandas-sqlite":
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
@@ -234,6 +237,10 @@ def main() -> None:
                         f"{m_ours / m_floor:.2f}× floor"))
         results.append((f"pandas path {dataset} → SQLite", f"{m_pandas:.2f} s", f"warehouse {m_ours:.2f} s",
                         f"pandas takes {m_pandas / m_ours:.2f}× the warehouse's time"))
+        if dataset == "math":
+            bound = median([r["seconds"] for r in measure("bound-sqlite", dataset)])
+            results.append(("bound of the design, math → SQLite", f"{bound:.2f} s", f"sqlite3 floor {m_floor:.2f} s",
+                            f"{bound / m_floor:.2f}× floor"))
         if args.pg:
             ours_pg = measure("warehouse-postgres", dataset)
             floor_pg = measure("floor-postgres", dataset)
@@ -357,6 +364,10 @@ Datasets (from `ingest.generate`, fixed seeds):
   warehouse's migrations (same schema, indexes and SQLite page size), in one transaction;
   rows built before the clock starts; no dedup lookups, ledger, provenance, summaries or
   conflict checks.
+- *bound of the design*: the ingest's two processes with nothing left to compute: the reader
+  process sends the floor's rows (ids assigned) and the provenance rows, batch by batch; the
+  writer only runs `executemany`, the summary refresh, the ledger update and the commit, in one
+  unit's transaction. No ingest built this way can be faster (`bench.floors.sqlite_writer_bound`).
 - *pandas path*: `pandas.read_parquet`, explode `conversations` to one row per message,
   `DataFrame.to_sql` into SQLite: what a user does without the warehouse.
 - *peak RSS*: the largest sum, sampled every 5 ms, of the proportional set sizes (PSS) of the
