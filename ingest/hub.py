@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingest.prefetch import prefetch
-from ingest.prepare import Batch, message_hash, message_row, prepare, roles_and_digests_hash, trial_values
+from ingest.prepare import Batch, Messages, prepare, roles_and_digests_hash, trial_values
 from ingest.records import Episode, Rejected, Trial, Turn
 from warehouse.errors import first_line
 
@@ -182,11 +182,9 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
         return None
     if None in roles or "" in roles:
         return None
-    digests = [None if text is None else message_hash(text) for text in contents]
-    messages: dict[bytes, tuple[str, bytes | None, int]] = {}
-    for digest, text in zip(digests, contents):
-        if digest is not None and digest not in messages:
-            messages[digest] = message_row(text)
+    messages = Messages()
+    add = messages.add
+    digests = [None if text is None else add(text) for text in contents]
 
     trials, episodes = [], []
     turns: list[tuple[str, bytes | None, None]] = []
@@ -198,8 +196,7 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
             return None  # the row path rejects it, without keeping its texts
         instruction = None
         if trial.instruction is not None:
-            instruction = message_hash(trial.instruction)
-            messages.setdefault(instruction, message_row(trial.instruction))
+            instruction = add(trial.instruction)
         lo, hi = offsets[i] - start, offsets[i + 1] - start
         ep = trial.episodes[0]
         episodes.append((len(trials), ep.trace_source, ep.episode_index, ep.row_number, hi - lo,
@@ -207,7 +204,7 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
                          roles_and_digests_hash(roles[lo:hi], digests[lo:hi]), ep.extra, len(turns)))
         turns += zip(roles[lo:hi], digests[lo:hi], repeat(None, hi - lo))
         trials.append((trial.run_key, trial.trial_name, trial_values(trial, instruction)))
-    return Batch(trials, messages, episodes, turns, [], batch.nbytes)
+    return Batch(trials, messages.rows, episodes, turns, [], batch.nbytes, messages.text_bytes)
 
 
 def _values_row_by_row(column: pa.Array, name: str, bad_text: dict[int, str]) -> list[Any]:

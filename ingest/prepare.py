@@ -28,7 +28,12 @@ TRIAL_FIELDS = (
 
 
 def message_hash(text: str) -> bytes:
-    return hashlib.sha256(to_bytes(text)).digest()
+    return _hash_of(to_bytes(text))
+
+
+def _hash_of(data: bytes) -> bytes:
+    # A message's identity: changing it would make every stored text look new.
+    return hashlib.sha256(data).digest()
 
 
 def conversation_hash(episode: Episode, digests: list[bytes | None] | None = None) -> str:
@@ -52,6 +57,24 @@ def _role_bytes(role: str) -> bytes:
     return to_bytes(role)
 
 
+class Messages:
+    """The distinct texts of a batch, each encoded once: hashed, split into its stored form,
+    and measured in UTF-8 bytes (what the ledger counts)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[bytes, tuple[str, bytes | None, int]] = {}
+        self.text_bytes: dict[bytes, int] = {}
+
+    def add(self, text: str) -> bytes:
+        """The text's hash (message_hash), after keeping the text if it is new."""
+        data = to_bytes(text)
+        digest = _hash_of(data)
+        if digest not in self.rows:
+            self.rows[digest] = message_row(text)
+            self.text_bytes[digest] = len(data)
+        return digest
+
+
 @dataclass
 class Batch:
     # (run_key, trial_name, values): values has every TRIAL_FIELDS column except that
@@ -66,6 +89,8 @@ class Batch:
     turns: list[tuple[str, bytes | None, dict | None]]
     rejected: list[Rejected] = field(default_factory=list)
     n_bytes: int = 0  # bytes of the source this batch was read from
+    # hash -> UTF-8 bytes of each text in `messages`.
+    text_bytes: dict[bytes, int] = field(default_factory=dict)
 
 
 def message_row(text: str) -> tuple[str, bytes | None, int]:
@@ -75,15 +100,10 @@ def message_row(text: str) -> tuple[str, bytes | None, int]:
 
 
 def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes: int = 0) -> Batch:
-    messages: dict[bytes, tuple[str, bytes | None, int]] = {}
+    messages = Messages()
 
     def digest(text: str | None) -> bytes | None:
-        if text is None:
-            return None
-        h = message_hash(text)
-        if h not in messages:
-            messages[h] = message_row(text)
-        return h
+        return None if text is None else messages.add(text)
 
     out_trials = []
     episodes = []
@@ -96,7 +116,7 @@ def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes
             episodes.append((position, ep.trace_source, ep.episode_index, ep.row_number, len(ep.turns), n_chars,
                              conversation_hash(ep, digests), ep.extra, len(turns)))
             turns += [(turn.role, h, turn.extra) for turn, h in zip(ep.turns, digests)]
-    return Batch(out_trials, messages, episodes, turns, list(rejected or ()), n_bytes)
+    return Batch(out_trials, messages.rows, episodes, turns, list(rejected or ()), n_bytes, messages.text_bytes)
 
 
 def trial_values(t: Trial, instruction: bytes | None) -> dict[str, Any]:

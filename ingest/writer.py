@@ -186,7 +186,7 @@ class UnitWriter:
         self._forget_if_large()
         self._ensure_runs([run_key for run_key, _, _ in batch.trials], run_names or {})
         self._ensure_tasks([v["task_name"] for _, _, v in batch.trials if v["task_name"] is not None])
-        self._ensure_messages(batch.messages)
+        self._ensure_messages(batch.messages, batch.text_bytes)
         trial_ids = self._ensure_trials(batch.trials)
         self._write_episodes(batch, trial_ids)
         if self.bulk.should_flush(self._queued_bytes):
@@ -262,12 +262,11 @@ class UnitWriter:
     def _ensure_tasks(self, names: list[str]) -> None:
         self._ensure(T["tasks"], "name", self._task_ids, {n: () for n in names}, [])
 
-    def _ensure_messages(self, messages: dict[bytes, tuple]) -> None:
+    def _ensure_messages(self, messages: dict[bytes, tuple], text_bytes: dict[bytes, int]) -> None:
         new = self._ensure(T["messages"], "content_hash", self._message_ids, messages,
                            ["content", "content_raw", "n_chars"])
         # Bytes of text this unit added: only the messages it created, not those it found.
-        added = sum(len(raw) if raw is not None else len(safe) if safe.isascii() else len(safe.encode())
-                    for safe, raw, _ in new.values())
+        added = sum(text_bytes[digest] for digest, in new)
         self.counts.n_bytes += added
         self._queued_bytes += added
 
