@@ -35,7 +35,10 @@ TRIAL_COLUMNS = (
 STRING_COLUMNS = ("trial_name", "episode", *TRIAL_COLUMNS)
 EPISODE_RE = re.compile(r"episode-(\d+)\Z")
 TRACE_SOURCE = "trace_source"
+# Rows per batch: at most BATCH_ROWS, and fewer when rows are wide, so that a batch holds about
+# BATCH_BYTES of data. Small batches let the writer start soon after the reader does.
 BATCH_ROWS = 128
+BATCH_BYTES = 1 << 20
 
 T = TypeVar("T")
 
@@ -88,8 +91,7 @@ def open_shard(path: Path) -> tuple[pq.ParquetFile, ShardInfo]:
     return pf, ShardInfo(path=path, n_rows=pf.metadata.num_rows, schema=schema)
 
 
-def read_batches(pf: pq.ParquetFile, path: Path, run_name: str, run_override: str | None,
-                 batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
+def read_batches(pf: pq.ParquetFile, path: Path, run_name: str, run_override: str | None) -> Iterator[Batch]:
     """The shard as batches ready for the writer. The usual shape (every conversation a list
     of {role, content} with a role, every text valid UTF-8) is prepared column by column
     straight from Arrow; any other batch goes row by row through `rows_of`, whose checks
@@ -98,7 +100,16 @@ def read_batches(pf: pq.ParquetFile, path: Path, run_name: str, run_override: st
         return (_columnar(batch, path, first_row, run_name, run_override)
                 or prepare(*rows_of(batch, path, first_row, run_name, run_override), batch.nbytes))
 
-    return _each_batch(pf, path, batch_rows, prepared)
+    return _each_batch(pf, path, batch_rows(pf), prepared)
+
+
+def batch_rows(pf: pq.ParquetFile) -> int:
+    """Rows per batch for this shard: BATCH_BYTES of its average row, within 8 and BATCH_ROWS."""
+    meta = pf.metadata
+    data_bytes = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    if not meta.num_rows or not data_bytes:
+        return BATCH_ROWS
+    return max(min(BATCH_ROWS, 8), min(BATCH_ROWS, BATCH_BYTES * meta.num_rows // data_bytes))
 
 
 def read_rows(pf: pq.ParquetFile, path: Path, run_name: str, run_override: str | None,

@@ -425,6 +425,24 @@ def test_lookups_on_sqlite_search_an_index_instead_of_scanning_the_table(tmp_pat
         engine.dispose()
 
 
+def test_wide_rows_are_read_in_smaller_batches(tmp_path):
+    # A batch is about BATCH_BYTES of data: a shard of long conversations (terminal-bench rows
+    # are ~80 KB) would otherwise keep the writer waiting for its first batch of 128 rows.
+    from ingest import hub
+
+    narrow = [hub_row(f"t{i}__aaaaaaa", 0, [("user", "short")]) for i in range(300)]
+    wide = [hub_row(f"t{i}__aaaaaaa", 0, [("user", f"{i} " + "x" * 100_000)]) for i in range(30)]
+    sizes = {}
+    for name, rows in (("narrow", narrow), ("wide", wide)):
+        path = write_shard(tmp_path / name / "data" / "train-00000-of-00001.parquet", rows)
+        pf, _ = hub.open_shard(path)
+        batches = list(hub.read_batches(pf, path, name, None))
+        assert sum(len(b.trials) for b in batches) == len(rows)
+        sizes[name] = [len(b.trials) for b in batches]
+    assert sizes["narrow"][0] == hub.BATCH_ROWS
+    assert max(sizes["wide"]) <= 10
+
+
 def test_every_column_ingest_writes_has_a_binary_copy_type():
     # PostgreSQL COPY runs in binary, which names each column's type; a column type added to
     # the schema without one would fail only at the first PostgreSQL ingest.
