@@ -19,6 +19,7 @@ simply run in this process.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 import queue
 import signal
@@ -38,6 +39,10 @@ AHEAD_BYTES = 8 << 20
 # blocking call; at the default 5 ms switch interval, behind the reader's own Python, that
 # wait would delay every batch. Switching more often costs the reader little.
 SWITCH_INTERVAL = 0.0005  # seconds
+# The reader works ahead of the writer, which (with the database server) decides when the
+# ingest ends: where they compete for a core, the writer should have it. Measured on 2 cores:
+# ingests 3-5 % faster on both backends than at the writer's own priority.
+READER_NICENESS = 10
 # A batch is a megabyte or more; through the default 64 KiB pipe it would cross in dozens of
 # round trips between the two processes. Linux lets an unprivileged process grow a pipe up
 # to /proc/sys/fs/pipe-max-size (1 MiB by default).
@@ -136,6 +141,7 @@ def _serve(jobs, items, consumer_ends) -> None:
     # Ctrl-C is the consumer's to handle: it stops this process by closing the pipes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.setswitchinterval(SWITCH_INTERVAL)
+    os.nice(READER_NICENESS)
     try:
         while True:
             try:

@@ -28,6 +28,16 @@ def test_items_arrive_in_order_from_another_process():
     assert {item["pid"] for item in items} != {os.getpid()}
 
 
+def _niceness():
+    yield os.nice(0)
+
+
+def test_the_reader_yields_the_cores_to_the_writer_when_they_compete():
+    from ingest.worker import READER_NICENESS
+
+    assert list(in_worker(_niceness)) == [min(19, os.nice(0) + READER_NICENESS)]
+
+
 def _fails_after(n: int):
     yield from range(n)
     raise ValueError("row 7: episode 'x' is not 'episode-N'")
