@@ -11,6 +11,8 @@ The unit's summary rows (warehouse.summaries) are refreshed in the same transact
 
 from __future__ import annotations
 
+import hashlib
+import json
 import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +28,7 @@ from ingest.records import Rejected, Run, Trial
 from warehouse import __version__, summaries
 from warehouse.db import models
 from warehouse.db.session import write_transaction
+from warehouse.texts import to_bytes
 
 T = {name: model.__table__ for name, model in {
     "sources": models.Source, "loads": models.Load, "runs": models.Run, "tasks": models.Task,
@@ -128,7 +131,7 @@ class UnitWriter:
         self._message_ids: dict[bytes, int] = {}
         self._trial_ids: dict[tuple[int, str], int] = {}
         self._trial_values: dict[int, dict[str, Any]] = {}
-        self._episodes: dict[tuple[int, str, int], tuple[int, str, dict | None]] = {}  # id, hash, extra
+        self._episodes: dict[tuple[int, str, int], tuple[int, str, bytes | None]] = {}  # id, hash, _extra_key
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
         self.touched_trials: set[int] = set()  # inserted, filled in or given episodes: to summarize
         self._next_row = 0
@@ -351,7 +354,7 @@ class UnitWriter:
         key_cols = ["trial_id", "trace_source", "episode_index"]
         unknown = [key for key, *_ in keyed if key not in self._episodes]
         found = self._lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash", "extra"], parent="trials")
-        self._episodes.update(found)
+        self._episodes.update({k: (ep_id, chash, _extra_key(extra)) for k, (ep_id, chash, extra) in found.items()})
         new: dict[tuple, tuple] = {}
         for key, _, (*_, n_turns, n_chars, chash, extra, _) in keyed:
             if key not in self._episodes and key not in new:
@@ -360,7 +363,7 @@ class UnitWriter:
         if new:
             ids = self._insert_new(episodes_t, key_cols, new, ["n_turns", "n_chars", "conversation_hash", "extra"])
             for key, ep_id in ids.items():
-                self._episodes[key] = (ep_id, new[key][2], new[key][3])
+                self._episodes[key] = (ep_id, new[key][2], _extra_key(new[key][3]))
             inserted = set(ids)
             self.touched_trials.update(trial_id for trial_id, _, _ in ids)
         turn_rows = []
@@ -368,7 +371,7 @@ class UnitWriter:
         message_ids = self._message_ids
         turns = batch.turns
         for key, row_number, (*_, n_turns, _, chash, extra, first) in keyed:
-            ep_id, kept_hash, kept_extra = self._episodes[key]
+            ep_id, kept_hash, kept_extra = self._episodes[key]  # kept_extra: its _extra_key
             if key in inserted:
                 inserted.discard(key)  # a second copy of the key in this unit is a duplicate
                 self.counts.n_episodes_new += 1
@@ -387,7 +390,7 @@ class UnitWriter:
                 self._conflict("episode", ep_id, "conversation", {"conversation_hash": kept_hash},
                                {"conversation_hash": chash, "n_turns": n_turns, "turns": conversation}, row_number)
             # The row's own extra columns, where they differ from the stored episode's.
-            own_extra = None if (extra or None) == (kept_extra or None) else (extra or {})
+            own_extra = None if _extra_key(extra) == kept_extra else (extra or {})
             provenance.append((self.load_id, row_number, ep_id, own_extra))
         self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], turn_rows)
         self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], provenance)
@@ -400,6 +403,15 @@ class UnitWriter:
             self.counts.conflicts.append(f"{where}: {entity} {field_name} differs from the stored one")
         self.bulk.insert(T["conflicts"], ["load_id", "entity", "entity_id", "field", "kept", "incoming", "row_number"],
                          [(self.load_id, entity, entity_id, field_name, kept, incoming, row_number)])
+
+
+def _extra_key(extra: dict | None) -> bytes | None:
+    """A fingerprint of an episode's extra columns (None for none): what the episode cache keeps
+    instead of them, since they can be as large as the conversation (a ShareGPT copy of it)."""
+    if not extra:
+        return None
+    text = json.dumps(extra, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.blake2b(to_bytes(text), digest_size=16).digest()
 
 
 def _same_instant(a: Any, b: Any) -> bool:

@@ -234,10 +234,16 @@ def test_a_repeated_episode_keeps_each_rows_own_extra_columns(engine, tmp_path):
     write_shard(tmp_path / "two" / "data" / "train-00000-of-00001.parquet",
                 [hub_row("t__abcdefg", 0, conversation, split="test", episode="episode-000", note="kept"),
                  hub_row("t__abcdefg", 1, conversation, split="test", note=None)])
-    round_trip(engine, tmp_path / "one", tmp_path / "out-one")
-    round_trip(engine, tmp_path / "two", tmp_path / "out-two")
+    # A third dataset with the first one's rows, under another file name (a unit of its own).
+    write_shard(tmp_path / "three" / "data" / "train-00000-of-00002.parquet",
+                [hub_row("t__abcdefg", 0, conversation, split="train")])
+    for name in ("one", "two", "three"):
+        round_trip(engine, tmp_path / name, tmp_path / f"out-{name}")
     c = counts(engine)
-    assert (c["episodes"], c["episode_loads"], c["conflicts"]) == (2, 3, 0)
+    assert (c["episodes"], c["episode_loads"], c["conflicts"]) == (2, 4, 0)
+    with engine.connect() as conn:  # only the row that differs keeps extra columns of its own
+        own = conn.execute(text("SELECT count(*) FROM episode_loads WHERE extra IS NOT NULL")).scalar()
+    assert own == 1
 
 
 # --- selection -----------------------------------------------------------------------------
