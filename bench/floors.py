@@ -95,6 +95,10 @@ def _stored_timestamp(value):
     return None if value is None else value.astimezone(timezone.utc).replace(tzinfo=None).isoformat(sep=" ")
 
 
+def _insert_sql(table: str, cols: tuple[str, ...]) -> str:
+    return f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+
+
 def sqlite_floor(rows: NormalizedRows, db_path: Path) -> None:
     """executemany of every table into a warehouse-schema SQLite file, one transaction."""
     conn = sqlite3.connect(db_path, isolation_level=None)
@@ -102,7 +106,7 @@ def sqlite_floor(rows: NormalizedRows, db_path: Path) -> None:
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("BEGIN")
     for name, cols, data in rows.tables():
-        conn.executemany(f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", data)
+        conn.executemany(_insert_sql(name, cols), data)
     conn.execute("COMMIT")
     conn.close()
 
@@ -133,7 +137,7 @@ def sqlite_writer_bound(rows: NormalizedRows, engine) -> float:
                         ("episode_loads", ("load_id", "row_number", "episode_id"),
                          [(1, i, episode[0]) for i, episode in enumerate(rows.episodes)]),
                         ("trial_loads", ("trial_id", "load_id"), [(trial[0], 1) for trial in rows.trials])]
-    n_batches = max(1, len(rows.episodes) // 128)  # the ingest's batch size
+    n_batches = max(1, len(rows.episodes) // hub.BATCH_ROWS)  # as many batches as the ingest's
     source_id = ensure_source(engine, "parquet", "bound", "bound")
     started = time.perf_counter()
     with Reader() as reader, write_transaction(engine, check_references=False) as conn:
@@ -145,7 +149,7 @@ def sqlite_writer_bound(rows: NormalizedRows, engine) -> float:
         cur = conn.connection.driver_connection.cursor()
         for batch in reader.run(_bound_batches, n_batches):
             for name, cols, data in batch:
-                cur.executemany(f"INSERT INTO {name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", data)
+                cur.executemany(_insert_sql(name, cols), data)
         summaries.refresh(conn, 1, [trial[0] for trial in rows.trials])
         conn.execute(text("UPDATE loads SET status = 'loaded', n_rows = :n WHERE id = 1"), {"n": len(rows.episodes)})
     engine.dispose()

@@ -367,7 +367,8 @@ Datasets (from `ingest.generate`, fixed seeds):
 - *bound of the design*: the ingest's two processes with nothing left to compute: the reader
   process sends the floor's rows (ids assigned) and the provenance rows, batch by batch; the
   writer only runs `executemany`, the summary refresh, the ledger update and the commit, in one
-  unit's transaction. No ingest built this way can be faster (`bench.floors.sqlite_writer_bound`).
+  unit's transaction: the least an ingest built this way can take
+  (`bench.floors.sqlite_writer_bound`).
 - *pandas path*: `pandas.read_parquet`, explode `conversations` to one row per message,
   `DataFrame.to_sql` into SQLite: what a user does without the warehouse.
 - *peak RSS*: the largest sum, sampled every 5 ms, of the proportional set sizes (PSS) of the
