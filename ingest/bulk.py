@@ -16,6 +16,7 @@ as the ORM types would store them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from operator import itemgetter
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -45,6 +46,8 @@ PG_WRITE_LOCK = 0x7472616A  # "traj"
 # in its column's own binary form, so the types must be named exactly).
 _PG_BINARY_TYPES = {"BIGINT": "int8", "INTEGER": "int4", "TEXT": "text", "BYTEA": "bytea", "JSONB": "jsonb",
                     "TIMESTAMP WITH TIME ZONE": "timestamptz", "FLOAT": "float8"}
+
+_INT4_MIN, _INT4_MAX = -(2**31), 2**31 - 1
 
 Processor = Callable[[Any], Any] | None
 
@@ -286,19 +289,38 @@ class Bulk:
                 cur.executemany(sql, chunk)
             cur.close()
             return
+        import psycopg
         from psycopg.copy import QueuedLibpqWriter
 
+        types = [_PG_BINARY_TYPES[table.c[c].type.compile(dialect=self.dialect)] for c in cols]
+        _check_int4(table, cols, types, data)
         with self.raw.cursor() as cur:
             # The queued writer sends from a thread while rows are still being formatted here.
             # Binary rows spare the server parsing and unescaping every text.
             with cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN (FORMAT BINARY)",
                           writer=QueuedLibpqWriter(cur)) as copy:
-                copy.set_types(self._copy_types(table, cols))
-                for row in data:
-                    copy.write_row(row)
+                copy.set_types(types)
+                try:
+                    for row in data:
+                        copy.write_row(row)
+                except OverflowError as exc:  # a number too large for its 64-bit column
+                    raise psycopg.DataError(f"{table.name}: {exc}") from exc
 
-    def _copy_types(self, table: Table, cols: Sequence[str]) -> list[str]:
-        return [_PG_BINARY_TYPES[table.c[c].type.compile(dialect=self.dialect)] for c in cols]
+
+def _check_int4(table: Table, cols: Sequence[str], types: list[str], data: list[Sequence[Any]]) -> None:
+    """Refuse a value a 32-bit column cannot hold. Text COPY had the server refuse it; binary
+    COPY would store it wrapped around, silently."""
+    import psycopg
+
+    for i, (col, pg_type) in enumerate(zip(cols, types)):
+        if pg_type != "int4" or not data:
+            continue
+        values = list(map(itemgetter(i), data))
+        if None in values:
+            values = [v for v in values if v is not None]
+        if values and (min(values) < _INT4_MIN or max(values) > _INT4_MAX):
+            bad = next(v for v in values if not _INT4_MIN <= v <= _INT4_MAX)
+            raise psycopg.DataError(f"{table.name}.{col}: {bad} is out of range for a 32-bit integer")
 
 
 def sqlite_timestamp(value: datetime) -> str:

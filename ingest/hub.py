@@ -34,6 +34,7 @@ TRIAL_COLUMNS = (
 )
 STRING_COLUMNS = ("trial_name", "episode", *TRIAL_COLUMNS)
 EPISODE_RE = re.compile(r"episode-(\d+)\Z")
+EPISODE_MAX = 2**31 - 1  # episodes.episode_index is a 32-bit integer on PostgreSQL
 TRACE_SOURCE = "trace_source"
 # Rows per batch: at most BATCH_ROWS, and fewer when rows are wide, so that a batch holds about
 # BATCH_BYTES of data. Small batches let the writer start soon after the reader does.
@@ -244,6 +245,8 @@ def map_row(row: dict[str, Any], turns: list[Turn] | str, row_number: int, run_n
     if match is None:
         raise RowError(f"episode {episode_raw!r} is not 'episode-N'")
     episode_index = int(match.group(1))
+    if episode_index > EPISODE_MAX:
+        raise RowError(f"episode {episode_raw!r} is numbered beyond {EPISODE_MAX}")
 
     extra: dict[str, Any] = {}
     if episode_raw != f"episode-{episode_index}":

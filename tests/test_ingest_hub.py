@@ -243,6 +243,38 @@ def test_bad_row_fails_its_shard_unless_keep_going(engine, tmp_path):
     assert counts(engine)["episodes"] == 6
 
 
+def test_an_episode_numbered_beyond_32_bits_is_a_bad_row_on_both_backends(engine, tmp_path):
+    rows = [hub_row("a__aaaaaaa", 0, [("user", "x")]),
+            hub_row("b__bbbbbbb", 0, [("user", "y")], episode="episode-99999999999")]
+    write_shard(tmp_path / "ds" / "data" / "train-00000-of-00001.parquet", rows)
+    stopped = ingest(engine, [str(tmp_path / "ds")])
+    assert stopped.units_failed == 1 and "row 1" in stopped.errors[0] and "numbered beyond" in stopped.errors[0]
+    kept = ingest(engine, [str(tmp_path / "ds")], keep_going=True)
+    assert kept.units_loaded == 1 and kept.rows_rejected == 1
+    assert _rows_of(engine, "SELECT episode_index FROM episodes") == [(0,)]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])  # SQLite's integers are all 64-bit
+def test_a_value_too_large_for_its_column_is_refused_not_wrapped(engine):
+    # Binary COPY would store 2**31 in a 32-bit column as -2**31: the writer refuses it, as
+    # the server refused it in text COPY, and the unit fails in one line.
+    import psycopg
+
+    from ingest import bulk, writer
+
+    with engine.connect() as conn:
+        b = bulk.Bulk(conn)
+        b.insert(writer.T["turns"], ["episode_id", "idx", "role", "message_id", "extra"],
+                 [(1, 0, "user", None, None), (1, 2**31, "user", None, None)])
+        with pytest.raises(psycopg.DataError, match=r"turns.idx: 2147483648 is out of range"):
+            b.flush()
+        b.insert(writer.T["trials"], ["id", "run_id", "trial_name", "status", "n_input_tokens"],
+                 [(1, 1, "t", "complete", 2**64)])
+        with pytest.raises(psycopg.DataError, match="trials: int too big"):
+            b.flush()
+        b.close()
+
+
 def test_a_bad_unit_does_not_stop_the_others(engine, tmp_path):
     ds = tmp_path / "ds"
     (ds / "data").mkdir(parents=True)
