@@ -101,10 +101,10 @@ def read_batches(pf: pq.ParquetFile, path: Path, run_name: str, run_override: st
         return (_columnar(batch, path, first_row, run_name, run_override)
                 or prepare(*rows_of(batch, path, first_row, run_name, run_override), batch.nbytes))
 
-    return _each_batch(pf, path, batch_rows(pf), prepared)
+    return _each_batch(pf, path, rows_per_batch(pf), prepared)
 
 
-def batch_rows(pf: pq.ParquetFile) -> int:
+def rows_per_batch(pf: pq.ParquetFile) -> int:
     """Rows per batch for this shard: BATCH_BYTES of its average row, within 8 and BATCH_ROWS."""
     meta = pf.metadata
     data_bytes = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
