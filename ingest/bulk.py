@@ -172,13 +172,15 @@ class Bulk:
             encoded = self._encode(table, key_cols, chunk)
             yield sql, [list(column) for column in zip(*encoded)]
 
-    def is_empty(self, table: Table) -> bool:
+    def empty_tables(self, tables: Sequence[Table]) -> set[str]:
+        """The names of the tables that hold no row, asked in one statement."""
         self.wait()
         cur = self.raw.cursor()
-        cur.execute(f"SELECT 1 FROM {table.name} LIMIT 1")
-        empty = cur.fetchone() is None
+        cur.execute("SELECT " + ", ".join(f"(SELECT count(*) FROM (SELECT 1 FROM {t.name} LIMIT 1) x)"
+                                          for t in tables))
+        counts = cur.fetchone()
         cur.close()
-        return empty
+        return {t.name for t, n in zip(tables, counts) if n == 0}
 
     # -- writes ------------------------------------------------------------------------------
 

@@ -139,8 +139,7 @@ class UnitWriter:
         # Tables that held no row when this unit took the write lock: every row they hold now
         # is in this unit's cache (until the cache is dropped), so a cache miss is a new row
         # and needs no lookup. A first load into an empty warehouse skips every lookup.
-        self._fresh = {name for name in ("runs", "tasks", "messages", "trials", "episodes")
-                       if self.bulk.is_empty(T[name])}
+        self._fresh = self.bulk.empty_tables([T[name] for name in ("runs", "tasks", "messages", "trials", "episodes")])
         # Runs and trials this unit created (while their children's cache is whole): a trial
         # of a new run, or an episode of a new trial, can only come from this unit, so a cache
         # miss under one is a new row too.
