@@ -34,6 +34,8 @@ DATASETS = {
     "math-x5": ("math", dict(episodes="last", shards=4, seed=3, runs=5, rl=False)),
 }
 
+# Trial folders in the trace-directory dataset: one Harbor job, each trial a unit of its own.
+TRACE_TRIALS = 300
 
 # --- children: one measurement each, reported as one JSON line on stdout ----------------------
 
@@ -195,6 +197,14 @@ def generate(out: Path) -> dict[str, dict]:
         info[name] = dict(kwargs=kwargs, rows=g.n_rows, turns=g.n_turns, text_bytes=g.text_bytes,
                           distinct_text_bytes=g.distinct_text_bytes)
         marker.write_text(json.dumps(info[name]))
+    traces = out / "data" / "traces"
+    if not (traces / ".generated").exists():
+        shutil.rmtree(traces, ignore_errors=True)
+        sys.path.insert(0, str(ROOT / "tests"))
+        from trace_trees import make_trace_tree  # the tests' generator of Harbor job and trial folders
+
+        make_trace_tree(traces, seed=1, job_trials=TRACE_TRIALS, rl_trials=0, with_fixtures=False)
+        (traces / ".generated").write_text("")
     return info
 
 
@@ -247,6 +257,16 @@ def main() -> None:
             a, b = median([r["seconds"] for r in ours_pg]), median([r["seconds"] for r in floor_pg])
             results.append((f"ingest {dataset} → PostgreSQL", f"{a:.2f} s", f"COPY floor {b:.2f} s",
                             f"{a / b:.2f}× floor"))
+
+    # Trace directories: many small units, so per-unit costs (transaction, lookups, summary
+    # refresh) rather than text volume.
+    data["traces"] = out / "data" / "traces"
+    for method, backend in (("warehouse-sqlite", "SQLite"), ("warehouse-postgres", "PostgreSQL")):
+        if method == "warehouse-postgres" and not args.pg:
+            continue
+        seconds = median([r["seconds"] for r in measure(method, "traces")])
+        results.append((f"ingest trace folders ({TRACE_TRIALS} trials) → {backend}", f"{seconds:.2f} s", "",
+                        f"{seconds / TRACE_TRIALS * 1000:.1f} ms per trial"))
 
     # Database size against distinct content (all-episodes terminal-bench profile).
     tb_all = measure("warehouse-sqlite", "tb-all")
@@ -369,6 +389,8 @@ Datasets (from `ingest.generate`, fixed seeds):
   writer only runs `executemany`, the summary refresh, the ledger update and the commit, in one
   unit's transaction: the least an ingest built this way can take
   (`bench.floors.sqlite_writer_bound`).
+- *trace folders*: a Harbor job of synthetic trial folders (`tests/trace_trees.py`: config,
+  result, ATIF trajectory of 6 agent steps, verifier output), each trial a unit of its own.
 - *pandas path*: `pandas.read_parquet`, explode `conversations` to one row per message,
   `DataFrame.to_sql` into SQLite: what a user does without the warehouse.
 - *peak RSS*: the largest sum, sampled every 5 ms, of the proportional set sizes (PSS) of the
