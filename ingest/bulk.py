@@ -16,9 +16,9 @@ as the ORM types would store them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from operator import itemgetter
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
+from operator import itemgetter
 from typing import Any, Callable
 
 from sqlalchemy import Connection, LargeBinary, Table
@@ -176,11 +176,10 @@ class Bulk:
         """The names of the tables that hold no row, asked in one statement."""
         self.wait()
         cur = self.raw.cursor()
-        cur.execute("SELECT " + ", ".join(f"(SELECT count(*) FROM (SELECT 1 FROM {t.name} LIMIT 1) x)"
-                                          for t in tables))
-        counts = cur.fetchone()
+        cur.execute("SELECT " + ", ".join(f"NOT EXISTS (SELECT 1 FROM {t.name})" for t in tables))
+        empty = cur.fetchone()
         cur.close()
-        return {t.name for t, n in zip(tables, counts) if n == 0}
+        return {t.name for t, is_empty in zip(tables, empty) if is_empty}
 
     # -- writes ------------------------------------------------------------------------------
 

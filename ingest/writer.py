@@ -369,14 +369,19 @@ class UnitWriter:
         provenance = []
         message_ids = self._message_ids
         turns = batch.turns
+
+        def rows_of_turns(ep_id: int, first: int, n_turns: int) -> list[tuple]:
+            """(episode_id, idx, role, message_id, extra) of an episode's turns in the batch."""
+            return [(ep_id, idx, role, message_ids[digest] if digest is not None else None, turn_extra)
+                    for idx, (role, digest, turn_extra) in enumerate(turns[first:first + n_turns])]
+
         for key, row_number, (*_, n_turns, _, chash, extra, first) in keyed:
             ep_id, kept_hash, kept_extra = self._episodes[key]  # kept_extra: its _extra_key
             if key in inserted:
                 inserted.discard(key)  # a second copy of the key in this unit is a duplicate
                 self.counts.n_episodes_new += 1
                 self.counts.n_turns += n_turns
-                turn_rows += [(ep_id, idx, role, message_ids[digest] if digest is not None else None, turn_extra)
-                              for idx, (role, digest, turn_extra) in enumerate(turns[first:first + n_turns])]
+                turn_rows += rows_of_turns(ep_id, first, n_turns)
                 provenance.append((self.load_id, row_number, ep_id, None))
                 continue
             if kept_hash == chash:
@@ -384,8 +389,8 @@ class UnitWriter:
             else:
                 # The stored conversation is kept; this row's is kept in the conflict (its texts
                 # are stored messages), so an export of this row's source can give it back.
-                conversation = [[role, message_ids[digest] if digest is not None else None, turn_extra]
-                                for role, digest, turn_extra in turns[first:first + n_turns]]
+                conversation = [[role, message_id, turn_extra]
+                                for _, _, role, message_id, turn_extra in rows_of_turns(ep_id, first, n_turns)]
                 self._conflict("episode", ep_id, "conversation", {"conversation_hash": kept_hash},
                                {"conversation_hash": chash, "n_turns": n_turns, "turns": conversation}, row_number)
             # The row's own extra columns, where they differ from the stored episode's.
