@@ -49,6 +49,11 @@ _PG_BINARY_TYPES = {"BIGINT": "int8", "INTEGER": "int4", "TEXT": "text", "BYTEA"
 
 _INT4_MIN, _INT4_MAX = -(2**31), 2**31 - 1
 
+# Text columns whose values arrive as their UTF-8 bytes (a message's text: see
+# ingest.prepare.message_row). SQLite stores the bytes as text with a CAST, which takes them as
+# they are; PostgreSQL's are decoded here.
+UTF8_COLUMNS = {("messages", "content")}
+
 Processor = Callable[[Any], Any] | None
 
 # Tables in foreign-key order (referenced tables first), for writing queued rows.
@@ -83,7 +88,7 @@ class Bulk:
     def _encode(self, table: Table, cols: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[tuple]:
         key = (table.name, tuple(cols))
         if key not in self._bind:
-            self._bind[key] = [self._bind_processor(table.c[c].type) for c in cols]
+            self._bind[key] = [self._bind_processor(table, c) for c in cols]
         procs = self._bind[key]
         active = [(i, p) for i, p in enumerate(procs) if p is not None]
         if not active:
@@ -104,7 +109,10 @@ class Bulk:
             out.append(tuple(row))
         return out
 
-    def _bind_processor(self, column_type) -> Processor:
+    def _bind_processor(self, table: Table, col: str) -> Processor:
+        column_type = table.c[col].type
+        if (table.name, col) in UTF8_COLUMNS:
+            return None if self.is_sqlite else _decode_utf8
         # Both drivers take bytes as they are; SQLAlchemy's Binary wrapper only costs time.
         if isinstance(column_type, LargeBinary):
             return None
@@ -284,7 +292,8 @@ class Bulk:
 
     def _write(self, table: Table, cols: Sequence[str], data: list[Sequence[Any]]) -> None:
         if self.is_sqlite:
-            sql = f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+            values = ", ".join("CAST(? AS TEXT)" if (table.name, c) in UTF8_COLUMNS else "?" for c in cols)
+            sql = f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({values})"
             cur = self.raw.cursor()
             for chunk in chunks(data, WRITE_CHUNK):
                 cur.executemany(sql, chunk)
@@ -322,6 +331,10 @@ def _check_int4(table: Table, cols: Sequence[str], types: list[str], data: list[
         if values and (min(values) < _INT4_MIN or max(values) > _INT4_MAX):
             bad = next(v for v in values if not _INT4_MIN <= v <= _INT4_MAX)
             raise psycopg.DataError(f"{table.name}.{col}: {bad} is out of range for a 32-bit integer")
+
+
+def _decode_utf8(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def sqlite_timestamp(value: datetime) -> str:

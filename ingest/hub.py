@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.prefetch import prefetch
@@ -188,15 +189,21 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
     content_array = parts["content"].slice(start, offsets[-1] - start)
     try:
         roles = role_array.to_pylist()
-        contents = content_array.to_pylist()
         columns = {name: batch.column(i).to_pylist() for i, name in enumerate(names) if name != "conversations"}
-    except UnicodeDecodeError:
+        # The texts stay UTF-8, as Arrow holds them (checked here: Arrow does not check what it
+        # reads): hashed and stored without being decoded into strings and encoded back.
+        content_array.validate(full=True)
+    except (UnicodeDecodeError, pa.ArrowInvalid):
         return None
-    if None in roles or "" in roles:
+    if None in roles or "" in roles or pa.types.is_null(content_array.type):
         return None
+    binary = pa.large_binary() if pa.types.is_large_string(content_array.type) else pa.binary()
+    contents = content_array.cast(binary).to_pylist()
+    n_chars = pc.utf8_length(content_array).to_pylist()
     messages = Messages()
     add = messages.add
-    digests = [None if text is None else add(text) for text in contents]
+    add_utf8 = messages.add_utf8
+    digests = [None if data is None else add_utf8(data, n) for data, n in zip(contents, n_chars)]
 
     trials, episodes = [], []
     turns: list[tuple[str, bytes | None, None]] = []
@@ -212,7 +219,7 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
         lo, hi = offsets[i] - start, offsets[i + 1] - start
         ep = trial.episodes[0]
         episodes.append((len(trials), ep.trace_source, ep.episode_index, ep.row_number, hi - lo,
-                         sum(len(text) for text in contents[lo:hi] if text is not None),
+                         sum(n for n in n_chars[lo:hi] if n is not None),
                          roles_and_digests_hash(roles[lo:hi], digests[lo:hi]), ep.extra, len(turns)))
         turns += zip(roles[lo:hi], digests[lo:hi], repeat(None, hi - lo))
         trials.append((trial.run_key, trial.trial_name, trial_values(trial, instruction)))

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingest.records import Episode, Rejected, Trial
-from warehouse.texts import RAW_TEXT, safe_columns, split_text, to_bytes
+from warehouse.texts import RAW_TEXT, is_safe, safe_columns, split_text, to_bytes
 
 # Trial columns that a second source may fill in when the first left them empty, and that
 # are recorded as a conflict when both sources say something different.
@@ -58,11 +58,11 @@ def _role_bytes(role: str) -> bytes:
 
 
 class Messages:
-    """The distinct texts of a batch, each encoded once: hashed, split into its stored form,
-    and measured in UTF-8 bytes (what the ledger counts)."""
+    """The distinct texts of a batch, each encoded once: hashed, kept in its stored form (see
+    message_row), and measured in UTF-8 bytes (what the ledger counts)."""
 
     def __init__(self) -> None:
-        self.rows: dict[bytes, tuple[str, bytes | None, int]] = {}
+        self.rows: dict[bytes, tuple[bytes, bytes | None, int]] = {}
         self.text_bytes: dict[bytes, int] = {}
 
     def add(self, text: str) -> bytes:
@@ -70,7 +70,16 @@ class Messages:
         data = to_bytes(text)
         digest = _hash_of(data)
         if digest not in self.rows:
-            self.rows[digest] = message_row(text)
+            self.rows[digest] = message_row(text, data)
+            self.text_bytes[digest] = len(data)
+        return digest
+
+    def add_utf8(self, data: bytes, n_chars: int) -> bytes:
+        """add() for a text given as valid UTF-8 of n_chars characters (a checked Arrow string),
+        without decoding it: it is stored as it came unless it holds a NUL."""
+        digest = _hash_of(data)
+        if digest not in self.rows:
+            self.rows[digest] = (data, None, n_chars) if b"\x00" not in data else message_row(data.decode(), data)
             self.text_bytes[digest] = len(data)
         return digest
 
@@ -80,8 +89,8 @@ class Batch:
     # (run_key, trial_name, values): values has every TRIAL_FIELDS column except that
     # instruction_id is the instruction's message hash, plus task_name, status and detail.
     trials: list[tuple[str, str, dict[str, Any]]]
-    # Every distinct text of the batch: hash -> (content, content_raw, n_chars).
-    messages: dict[bytes, tuple[str, bytes | None, int]]
+    # Every distinct text of the batch: hash -> (content, content_raw, n_chars), see message_row.
+    messages: dict[bytes, tuple[bytes, bytes | None, int]]
     # (trial position in `trials`, trace_source, episode_index, row_number or None, n_turns,
     #  n_chars, conversation_hash, extra, position of its first turn in `turns`)
     episodes: list[tuple[int, str, int, int | None, int, int, str, dict | None, int]]
@@ -93,10 +102,16 @@ class Batch:
     text_bytes: dict[bytes, int] = field(default_factory=dict)
 
 
-def message_row(text: str) -> tuple[str, bytes | None, int]:
-    """(content, content_raw, n_chars): how a message's text is stored."""
-    safe, raw = split_text(text)
-    return safe, raw, len(text)
+def message_row(text: str, data: bytes | None = None) -> tuple[bytes, bytes | None, int]:
+    """(content, content_raw, n_chars): how a message's text is stored. `content` is the UTF-8
+    of its display-safe copy, which the bulk writer stores as text: texts arrive from Parquet as
+    UTF-8, and most are safe, so they go to the database without ever being decoded. `data`:
+    the text's exact UTF-8 (to_bytes), when the caller has it."""
+    data = to_bytes(text) if data is None else data
+    if is_safe(text):
+        return data, None, len(text)
+    safe, _ = split_text(text)
+    return to_bytes(safe), data, len(text)
 
 
 def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes: int = 0) -> Batch:

@@ -7,24 +7,31 @@ core while this one writes.
 
 The process is forked once, before the writer has grown (its database page cache, its
 per-unit caches), and then serves every shard of the ingest: a process forked later would
-carry a copy of all that memory. It prepares up to AHEAD_BYTES of items ahead of the
-consumer, so it keeps working while the writer flushes, and memory stays bounded.
+carry a copy of all that memory.
+
+Items cross in a ring of shared memory: the reader pickles each into the ring and sends only
+its place through a pipe; the consumer unpickles it from there and gives the room back. An
+item of a megabyte through a pipe would cross in a ping-pong of partial writes and reads, in
+which each side waits for the other to be scheduled (measured: most of the time the writer
+spent waiting for batches). The ring holds up to AHEAD_BYTES, so the reader keeps working while
+the writer flushes, and memory stays bounded.
 
 An exception in a job is raised here. If this side stops consuming a job early (an error
 while writing, Ctrl-C), the process is stopped and a new one serves the next job; if this
-process dies, the reader's next send fails and it exits. Without `fork` (not Linux), jobs
+process dies, the reader sees its pipe broken and exits. Without `fork` (not Linux), jobs
 simply run in this process.
 """
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 import os
 import pickle
-import queue
+import select
 import signal
+import struct
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -32,21 +39,27 @@ T = TypeVar("T")
 
 _ITEM, _DONE, _ERROR = "item", "done", "error"
 
-# Bytes of pickled items the reader may have ready before the consumer takes them: enough to
-# keep producing through a flush of the writer's queued rows, and a bound on their memory.
+# Bytes of pickled items the reader may have ready before the consumer takes them (the size of
+# the ring): enough to keep producing through a flush of the writer's queued rows, and a bound
+# on their memory. Room is counted in units of ROOM_UNIT bytes.
 AHEAD_BYTES = 8 << 20
-# The reader's sender and Arrow read-ahead threads each wait for the GIL after every
-# blocking call; at the default 5 ms switch interval, behind the reader's own Python, that
-# wait would delay every batch. Switching more often costs the reader little.
+ROOM_UNIT = 1 << 16
+# An item larger than this goes through the pipe instead (a row of many megabytes): the ring
+# takes items of up to half its size, so one always fits once the items before it are taken.
+RING_ITEM_MAX = AHEAD_BYTES // 2
+# Where an item is: (offset in the ring, or -1 when it follows through the pipe; its length;
+# the units of room it took, to give back).
+_PLACE = struct.Struct("qqq")
+# The reader's Arrow read-ahead thread waits for the GIL after every blocking call; at the
+# default 5 ms switch interval, behind the reader's own Python, that wait would delay every
+# batch. Switching more often costs the reader little.
 SWITCH_INTERVAL = 0.0005  # seconds
 # The reader works ahead of the writer, which (with the database server) decides when the
 # ingest ends: where they compete for a core, the writer should have it. Measured on 2 cores:
 # ingests 3-5 % faster on both backends than at the writer's own priority.
 READER_NICENESS = 10
-# A batch is a megabyte or more; through the default 64 KiB pipe it would cross in dozens of
-# round trips between the two processes. Linux lets an unprivileged process grow a pipe up
-# to /proc/sys/fs/pipe-max-size (1 MiB by default).
-PIPE_BYTES = 1 << 20
+# How often a reader waiting for room checks that its consumer is still there.
+ROOM_POLL = 0.05  # seconds
 
 
 class WorkerDied(Exception):
@@ -83,12 +96,7 @@ class Reader:
         finished = False
         try:
             while True:
-                try:
-                    kind, value = pickle.loads(self._items.recv_bytes())
-                except EOFError:
-                    self._process.join()
-                    raise WorkerDied(
-                        f"the reader process ended unexpectedly (exit code {self._process.exitcode})") from None
+                kind, value = self._receive()
                 if kind == _ITEM:
                     yield value
                 else:
@@ -100,12 +108,28 @@ class Reader:
             if not finished:
                 self._stop()  # it is still producing this job's items: start afresh next time
 
+    def _receive(self) -> tuple[str, Any]:
+        try:
+            offset, length, units = _PLACE.unpack(self._items.recv_bytes())
+            if offset < 0:
+                return pickle.loads(self._items.recv_bytes())
+        except EOFError:
+            self._process.join()
+            raise WorkerDied(f"the reader process ended unexpectedly (exit code {self._process.exitcode})") from None
+        with memoryview(self._ring) as ring:
+            message = pickle.loads(ring[offset:offset + length])
+        for _ in range(units):
+            self._room.release()
+        return message
+
     def _start(self) -> None:
         context = multiprocessing.get_context("fork")
         self._items, items_out = context.Pipe(duplex=False)
         jobs_in, self._jobs = context.Pipe(duplex=False)
-        _widen(items_out)
-        self._process = context.Process(target=_serve, args=(jobs_in, items_out, (self._items, self._jobs)),
+        self._ring = mmap.mmap(-1, AHEAD_BYTES)  # anonymous and shared: the fork maps it too
+        self._room = context.Semaphore(AHEAD_BYTES // ROOM_UNIT)
+        self._process = context.Process(target=_serve, args=(jobs_in, _Outbox(items_out, self._ring, self._room),
+                                                              (self._items, self._jobs)),
                                         name="ingest-reader", daemon=True)
         self._process.start()
         jobs_in.close()
@@ -115,24 +139,57 @@ class Reader:
         if self._process is None:
             return
         self._jobs.close()  # a reader waiting for a job sees the end and exits
-        self._items.close()  # a reader sending items sees a broken pipe
+        self._items.close()  # a reader sending items, or waiting for room, sees its pipe broken
         self._process.join(timeout=1)
         if self._process.is_alive():
             self._process.terminate()
             self._process.join()
         self._process = None
+        self._ring.close()
 
 
-def _widen(connection) -> None:
-    try:
-        import fcntl
+class _Outbox:
+    """The reader's end: items pickled into the ring, their places sent through the pipe."""
 
-        fcntl.fcntl(connection.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    except (ImportError, AttributeError, OSError):
-        pass  # not Linux, or a lower limit: the default size works, only slower
+    def __init__(self, pipe, ring: mmap.mmap, room) -> None:
+        self.pipe = pipe
+        self.ring = ring
+        self.room = room
+        self.end = 0  # where the next item goes, unless it must wrap around to 0
+
+    def put(self, message: tuple) -> None:
+        """Raises BrokenPipeError when the consumer is gone."""
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(data) > RING_ITEM_MAX:
+            self.pipe.send_bytes(_PLACE.pack(-1, len(data), 0))
+            self.pipe.send_bytes(data)
+            return
+        wraps = self.end + len(data) > len(self.ring)
+        offset = 0 if wraps else self.end
+        # The room taken includes the ring's tail an item wrapping around skips. Items are
+        # taken in order, so once these units are ours, [offset, offset + len) holds no item
+        # the consumer has not taken yet.
+        taken = len(data) + (len(self.ring) - self.end if wraps else 0)
+        units = -(-taken // ROOM_UNIT)
+        for _ in range(units):
+            while not self.room.acquire(timeout=ROOM_POLL):
+                if self._consumer_gone():
+                    raise BrokenPipeError
+        self.ring[offset:offset + len(data)] = data
+        self.end = offset + len(data)
+        self.pipe.send_bytes(_PLACE.pack(offset, len(data), units))
+
+    def _consumer_gone(self) -> bool:
+        # The write end of a pipe whose read end is closed polls as an error.
+        poll = select.poll()
+        poll.register(self.pipe.fileno(), select.POLLOUT)
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poll.poll(0))
+
+    def close(self) -> None:
+        self.pipe.close()
 
 
-def _serve(jobs, items, consumer_ends) -> None:
+def _serve(jobs, outbox: _Outbox, consumer_ends) -> None:
     """The reader process: run each job it is sent until the job pipe closes."""
     # The fork copied the consumer's ends of both pipes; while this process holds them it
     # would never see the consumer close them.
@@ -148,58 +205,28 @@ def _serve(jobs, items, consumer_ends) -> None:
                 produce, args = jobs.recv()
             except EOFError:
                 return
-            if not _run(produce, args, items):
+            if not _run(produce, args, outbox):
                 return
     finally:
-        items.close()
+        outbox.close()
 
 
-def _run(produce: Callable[..., Iterator[Any]], args: tuple, items) -> bool:
-    """Send a job's items, pickled here and written by a sender thread, so producing goes on
-    while the consumer is busy and not reading. False when the consumer is gone."""
-    outbox: queue.Queue[bytes | None] = queue.Queue()
-    room = threading.Semaphore(AHEAD_BYTES >> 16)  # in 64 KiB units
-    gone = threading.Event()
-
-    def sender() -> None:
-        try:
-            while (data := outbox.get()) is not None:
-                items.send_bytes(data)
-                for _ in range(_units(data)):
-                    room.release()
-        except OSError:  # BrokenPipeError, ConnectionResetError: the consumer closed its end
-            gone.set()
-
-    def put(message: tuple) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        for _ in range(_units(data)):
-            while not room.acquire(timeout=0.1):
-                if gone.is_set():
-                    raise BrokenPipeError
-        outbox.put(data)
-
-    thread = threading.Thread(target=sender, name="ingest-reader-send", daemon=True)
-    thread.start()
+def _run(produce: Callable[..., Iterator[Any]], args: tuple, outbox: _Outbox) -> bool:
+    """Send a job's items; False when the consumer is gone."""
     try:
         try:
             for item in produce(*args):
-                put((_ITEM, item))
-            put((_DONE, None))
-        except BrokenPipeError:
-            return False
+                outbox.put((_ITEM, item))
+            outbox.put((_DONE, None))
+        except OSError as exc:
+            if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+                return False
+            outbox.put((_ERROR, exc))  # the job's own error (a file it could not read)
         except BaseException as exc:  # raised again on the consumer's side
             try:
-                put((_ERROR, exc))
+                outbox.put((_ERROR, exc))
             except (pickle.PicklingError, TypeError, AttributeError):
-                put((_ERROR, RuntimeError(f"{type(exc).__name__}: {exc}")))
-    except BrokenPipeError:
+                outbox.put((_ERROR, RuntimeError(f"{type(exc).__name__}: {exc}")))
+    except (BrokenPipeError, ConnectionResetError):
         return False
-    finally:
-        outbox.put(None)
-        thread.join()
-    return not gone.is_set()
-
-
-def _units(data: bytes) -> int:
-    # An item larger than the whole allowance still goes, alone.
-    return max(1, min(len(data) >> 16, AHEAD_BYTES >> 16))
+    return True
