@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from decimal import Decimal
-from itertools import repeat
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.prefetch import prefetch
-from ingest.prepare import Batch, Messages, prepare, roles_and_digests_hash, trial_values
+from ingest.prepare import Batch, Messages, Turns, prepare, roles_and_digests_hash, trial_values
 from ingest.records import Episode, Rejected, Trial, Turn
 from warehouse.errors import first_line
 
@@ -206,7 +205,6 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
     digests = [None if data is None else add_utf8(data, n) for data, n in zip(contents, n_chars)]
 
     trials, episodes = [], []
-    turns: list[tuple[str, bytes | None, None]] = []
     for i in range(batch.num_rows):
         row = {name: values[i] for name, values in columns.items()}
         try:
@@ -220,9 +218,9 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
         ep = trial.episodes[0]
         episodes.append((len(trials), ep.trace_source, ep.episode_index, ep.row_number, hi - lo,
                          sum(n for n in n_chars[lo:hi] if n is not None),
-                         roles_and_digests_hash(roles[lo:hi], digests[lo:hi]), ep.extra, len(turns)))
-        turns += zip(roles[lo:hi], digests[lo:hi], repeat(None, hi - lo))
+                         roles_and_digests_hash(roles[lo:hi], digests[lo:hi]), ep.extra, lo))
         trials.append((trial.run_key, trial.trial_name, trial_values(trial, instruction)))
+    turns = Turns(roles, digests, [None] * len(roles))
     return Batch(trials, messages.rows, episodes, turns, [], batch.nbytes, messages.text_bytes)
 
 

@@ -85,6 +85,13 @@ class Messages:
 
 
 @dataclass
+class Turns:
+    roles: list[str] = field(default_factory=list)
+    digests: list[bytes | None] = field(default_factory=list)
+    extras: list[dict | None] = field(default_factory=list)
+
+
+@dataclass
 class Batch:
     # (run_key, trial_name, values): values has every TRIAL_FIELDS column except that
     # instruction_id is the instruction's message hash, plus task_name, status and detail.
@@ -94,8 +101,9 @@ class Batch:
     # (trial position in `trials`, trace_source, episode_index, row_number or None, n_turns,
     #  n_chars, conversation_hash, extra, position of its first turn in `turns`)
     episodes: list[tuple[int, str, int, int | None, int, int, str, dict | None, int]]
-    # (role, message hash or None, extra): every episode's turns, one after the other.
-    turns: list[tuple[str, bytes | None, dict | None]]
+    # Every episode's turns, one after the other, as three columns: role, message hash (None
+    # for no content) and extra.
+    turns: "Turns"
     rejected: list[Rejected] = field(default_factory=list)
     n_bytes: int = 0  # bytes of the source this batch was read from
     # hash -> UTF-8 bytes of each text in `messages`.
@@ -122,15 +130,17 @@ def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes
 
     out_trials = []
     episodes = []
-    turns: list[tuple[str, bytes | None, dict | None]] = []
+    turns = Turns()
     for position, t in enumerate(trials):
         out_trials.append((t.run_key, t.trial_name, trial_values(t, digest(t.instruction))))
         for ep in t.episodes:
             digests = [digest(turn.content) for turn in ep.turns]
             n_chars = sum(len(turn.content) for turn in ep.turns if turn.content is not None)
             episodes.append((position, ep.trace_source, ep.episode_index, ep.row_number, len(ep.turns), n_chars,
-                             conversation_hash(ep, digests), ep.extra, len(turns)))
-            turns += [(turn.role, h, turn.extra) for turn, h in zip(ep.turns, digests)]
+                             conversation_hash(ep, digests), ep.extra, len(turns.roles)))
+            turns.roles += [turn.role for turn in ep.turns]
+            turns.digests += digests
+            turns.extras += [turn.extra for turn in ep.turns]
     return Batch(out_trials, messages.rows, episodes, turns, list(rejected or ()), n_bytes, messages.text_bytes)
 
 

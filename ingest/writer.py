@@ -15,6 +15,7 @@ import hashlib
 import json
 import operator
 from collections.abc import Iterator
+from itertools import repeat
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -365,15 +366,17 @@ class UnitWriter:
                 self._episodes[key] = (ep_id, new[key][2], _extra_key(new[key][3]))
             inserted = set(ids)
             self.touched_trials.update(trial_id for trial_id, _, _ in ids)
-        turn_rows = []
+        turn_rows: list[tuple] = []
         provenance = []
         message_ids = self._message_ids
-        turns = batch.turns
+        roles, extras = batch.turns.roles, batch.turns.extras
+        turn_messages = [message_ids[digest] if digest is not None else None for digest in batch.turns.digests]
 
-        def rows_of_turns(ep_id: int, first: int, n_turns: int) -> list[tuple]:
+        def rows_of_turns(ep_id: int, first: int, n_turns: int) -> Iterator[tuple]:
             """(episode_id, idx, role, message_id, extra) of an episode's turns in the batch."""
-            return [(ep_id, idx, role, message_ids[digest] if digest is not None else None, turn_extra)
-                    for idx, (role, digest, turn_extra) in enumerate(turns[first:first + n_turns])]
+            end = first + n_turns
+            return zip(repeat(ep_id, n_turns), range(n_turns), roles[first:end], turn_messages[first:end],
+                       extras[first:end])
 
         for key, row_number, (*_, n_turns, _, chash, extra, first) in keyed:
             ep_id, kept_hash, kept_extra = self._episodes[key]  # kept_extra: its _extra_key
@@ -389,8 +392,8 @@ class UnitWriter:
             else:
                 # The stored conversation is kept; this row's is kept in the conflict (its texts
                 # are stored messages), so an export of this row's source can give it back.
-                conversation = [[role, message_id, turn_extra]
-                                for _, _, role, message_id, turn_extra in rows_of_turns(ep_id, first, n_turns)]
+                conversation = [[role, mid, turn_extra]
+                                for _, _, role, mid, turn_extra in rows_of_turns(ep_id, first, n_turns)]
                 self._conflict("episode", ep_id, "conversation", {"conversation_hash": kept_hash},
                                {"conversation_hash": chash, "n_turns": n_turns, "turns": conversation}, row_number)
             # The row's own extra columns, where they differ from the stored episode's.
