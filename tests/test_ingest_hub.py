@@ -275,6 +275,37 @@ def test_a_value_too_large_for_its_column_is_refused_not_wrapped(engine):
         b.close()
 
 
+def test_bulk_rows_come_back_as_written_whichever_columns_are_null_and_texts_given_as_utf8(engine):
+    # The bulk writer sends a column that is NULL in every row of a chunk as a NULL literal, and
+    # takes message texts as their UTF-8 bytes: neither may change what is stored.
+    from ingest import bulk, writer
+
+    rows = [(1, b"a" * 32, "plain".encode(), None, 5), (2, b"b" * 32, "ünï ✓".encode(), None, 5),
+            (3, b"c" * 32, "nul \ufffd".encode(), "nul \x00".encode(), 5)]
+    turns = [(1, 0, "user", 1, None), (1, 1, "assistant", None, None), (1, 2, "tool", 2, {"k": [1, None]})]
+    with engine.begin() as conn:
+        b = bulk.Bulk(conn)
+        conn.execute(text("INSERT INTO runs (id, run_key) VALUES (1, 'r')"))
+        conn.execute(text("INSERT INTO trials (id, run_id, trial_name, status) VALUES (1, 1, 't', 'complete')"))
+        conn.execute(text("INSERT INTO episodes (id, trial_id, trace_source, episode_index, n_turns, n_chars, "
+                          "conversation_hash) VALUES (1, 1, 'main', 0, 3, 0, 'h')"))
+        b.insert(writer.T["messages"], ["id", "content_hash", "content", "content_raw", "n_chars"], rows[:2])
+        b.insert(writer.T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], turns[:2])
+        b.flush()
+        b.insert(writer.T["messages"], ["id", "content_hash", "content", "content_raw", "n_chars"], rows[2:])
+        b.insert(writer.T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], turns[2:])
+        b.flush()
+        b.close()
+    with engine.connect() as conn:
+        stored = conn.execute(text("SELECT id, content_hash, content, content_raw, n_chars FROM messages ORDER BY id"))
+        assert [tuple(r) for r in stored] == [(1, b"a" * 32, "plain", None, 5), (2, b"b" * 32, "ünï ✓", None, 5),
+                                             (3, b"c" * 32, "nul \ufffd", "nul \x00".encode(), 5)]
+        stored = conn.execute(text("SELECT episode_id, idx, role, message_id, extra FROM turns ORDER BY idx"))
+        assert [(*r[:4], json.loads(r[4]) if isinstance(r[4], str) else r[4]) for r in stored] == turns
+        if engine.dialect.name == "sqlite":
+            assert conn.execute(text("SELECT DISTINCT typeof(content) FROM messages")).scalars().all() == ["text"]
+
+
 def test_a_bad_unit_does_not_stop_the_others(engine, tmp_path):
     ds = tmp_path / "ds"
     (ds / "data").mkdir(parents=True)
