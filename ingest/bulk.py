@@ -50,8 +50,10 @@ _PG_BINARY_TYPES = {"BIGINT": "int8", "INTEGER": "int4", "TEXT": "text", "BYTEA"
 _INT4_MIN, _INT4_MAX = -(2**31), 2**31 - 1
 
 # Text columns whose values arrive as their UTF-8 bytes (a message's text: see
-# ingest.prepare.message_row). SQLite stores the bytes as text with a CAST, which takes them as
-# they are; PostgreSQL's are decoded here.
+# ingest.prepare.message_row), never decoded on the way in. SQLite stores the bytes as text with
+# a CAST, which takes them as they are. PostgreSQL's binary COPY sends a text value as its raw
+# bytes, as it sends a bytea: the bytes go with psycopg's bytea dumper, and the server reads
+# them by the column's type, checking they are valid UTF-8.
 UTF8_COLUMNS = {("messages", "content")}
 
 Processor = Callable[[Any], Any] | None
@@ -99,10 +101,8 @@ class Bulk:
 
     def _bind_processor(self, table: Table, col: str) -> Processor:
         column_type = table.c[col].type
-        if (table.name, col) in UTF8_COLUMNS:
-            return None if self.is_sqlite else _decode_utf8
         # Both drivers take bytes as they are; SQLAlchemy's Binary wrapper only costs time.
-        if isinstance(column_type, LargeBinary):
+        if isinstance(column_type, LargeBinary) or (table.name, col) in UTF8_COLUMNS:
             return None
         # A timestamp on SQLite is the text UtcDateTime and SQLite's DATETIME make together,
         # made here in one C call (a test holds the two equal).
@@ -303,7 +303,7 @@ class Bulk:
         import psycopg
         from psycopg.copy import QueuedLibpqWriter
 
-        types = [_PG_BINARY_TYPES[table.c[c].type.compile(dialect=self.dialect)] for c in cols]
+        types = [_pg_binary_type(table, c, self.dialect) for c in cols]
         _check_int4(table, cols, types, columns)
         with self.raw.cursor() as cur:
             # The queued writer sends from a thread while rows are still being formatted here.
@@ -316,6 +316,13 @@ class Bulk:
                         copy.write_row(row)
                 except OverflowError as exc:  # a number too large for its 64-bit column
                     raise psycopg.DataError(f"{table.name}: {exc}") from exc
+
+
+def _pg_binary_type(table: Table, col: str, dialect) -> str:
+    """The type binary COPY sends a column's values as (see _PG_BINARY_TYPES, UTF8_COLUMNS)."""
+    if (table.name, col) in UTF8_COLUMNS:
+        return "bytea"
+    return _PG_BINARY_TYPES[table.c[col].type.compile(dialect=dialect)]
 
 
 def _check_int4(table: Table, cols: Sequence[str], types: list[str], columns: list[tuple]) -> None:
@@ -331,10 +338,6 @@ def _check_int4(table: Table, cols: Sequence[str], types: list[str], columns: li
         if values and (min(values) < _INT4_MIN or max(values) > _INT4_MAX):
             bad = next(v for v in values if not _INT4_MIN <= v <= _INT4_MAX)
             raise psycopg.DataError(f"{table.name}.{col}: {bad} is out of range for a 32-bit integer")
-
-
-def _decode_utf8(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def sqlite_timestamp(value: datetime) -> str:

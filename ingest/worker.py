@@ -35,6 +35,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from ingest import collector
+
 T = TypeVar("T")
 
 _ITEM, _DONE, _ERROR = "item", "done", "error"
@@ -213,6 +215,11 @@ def _serve(jobs, outbox: _Outbox, consumer_ends) -> None:
 
 def _run(produce: Callable[..., Iterator[Any]], args: tuple, outbox: _Outbox) -> bool:
     """Send a job's items; False when the consumer is gone."""
+    with collector.paused():
+        return _send_items(produce, args, outbox)
+
+
+def _send_items(produce: Callable[..., Iterator[Any]], args: tuple, outbox: _Outbox) -> bool:
     try:
         try:
             for item in produce(*args):

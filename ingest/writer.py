@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, update
 
-from ingest import bulk
+from ingest import bulk, collector
 from ingest.prepare import TRIAL_FIELDS, Batch, prepare
 from ingest.records import Rejected, Run, Trial
 from warehouse import __version__, summaries
@@ -90,7 +90,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
          arrow_schema: str | None = None) -> Iterator["UnitWriter"]:
     """Write one unit in one transaction. Raises AlreadyLoaded when the ledger has it."""
     started = datetime.now(timezone.utc)
-    with write_transaction(engine, check_references=False) as conn:
+    with collector.paused(), write_transaction(engine, check_references=False) as conn:
         bulk.lock_for_writing(conn)
         load_id = bulk.insert_one_or_skip(conn, T["loads"], dict(
             source_id=source_id, unit=unit_name, content_hash=content_hash, status="loading",
