@@ -62,7 +62,7 @@ class Messages:
     message_row), and measured in UTF-8 bytes (what the ledger counts)."""
 
     def __init__(self) -> None:
-        self.rows: dict[bytes, tuple[bytes, bytes | None, int]] = {}
+        self.rows: dict[bytes, tuple[bytearray, bytes | None, int]] = {}
         self.text_bytes: dict[bytes, int] = {}
 
     def add(self, text: str) -> bytes:
@@ -79,7 +79,7 @@ class Messages:
         without decoding it: it is stored as it came unless it holds a NUL."""
         digest = _hash_of(data)
         if digest not in self.rows:
-            self.rows[digest] = (data, None, n_chars) if b"\x00" not in data else message_row(data.decode(), data)
+            self.rows[digest] = (bytearray(data), None, n_chars) if b"\x00" not in data else message_row(data.decode(), data)
             self.text_bytes[digest] = len(data)
         return digest
 
@@ -97,7 +97,7 @@ class Batch:
     # instruction_id is the instruction's message hash, plus task_name, status and detail.
     trials: list[tuple[str, str, dict[str, Any]]]
     # Every distinct text of the batch: hash -> (content, content_raw, n_chars), see message_row.
-    messages: dict[bytes, tuple[bytes, bytes | None, int]]
+    messages: dict[bytes, tuple[bytearray, bytes | None, int]]
     # (trial position in `trials`, trace_source, episode_index, row_number or None, n_turns,
     #  n_chars, conversation_hash, extra, position of its first turn in `turns`)
     episodes: list[tuple[int, str, int, int | None, int, int, str, dict | None, int]]
@@ -110,16 +110,17 @@ class Batch:
     text_bytes: dict[bytes, int] = field(default_factory=dict)
 
 
-def message_row(text: str, data: bytes | None = None) -> tuple[bytes, bytes | None, int]:
+def message_row(text: str, data: bytes | None = None) -> tuple[bytearray, bytes | None, int]:
     """(content, content_raw, n_chars): how a message's text is stored. `content` is the UTF-8
     of its display-safe copy, which the bulk writer stores as text: texts arrive from Parquet as
-    UTF-8, and most are safe, so they go to the database without ever being decoded. `data`:
-    the text's exact UTF-8 (to_bytes), when the caller has it."""
+    UTF-8, and most are safe, so they go to the database without ever being decoded. It is a
+    bytearray because sqlite3 binds one at once, and a bytes only after looking for an adapter
+    for it (see bulk.blob). `data`: the text's exact UTF-8 (to_bytes), when the caller has it."""
     data = to_bytes(text) if data is None else data
     if is_safe(text):
-        return data, None, len(text)
+        return bytearray(data), None, len(text)
     safe, _ = split_text(text)
-    return to_bytes(safe), data, len(text)
+    return bytearray(to_bytes(safe)), data, len(text)
 
 
 def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes: int = 0) -> Batch:
