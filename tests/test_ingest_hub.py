@@ -306,6 +306,22 @@ def test_bulk_rows_come_back_as_written_whichever_columns_are_null_and_texts_giv
             assert conn.execute(text("SELECT DISTINCT typeof(content) FROM messages")).scalars().all() == ["text"]
 
 
+def test_the_garbage_collector_is_paused_while_a_unit_is_written_and_runs_again_after(engine):
+    import gc
+
+    from ingest import writer
+
+    source = writer.ensure_source(engine, "parquet", "mem://gc", "gc")
+    assert gc.isenabled()
+    with writer.unit(engine, source, "a", "hash-a"):
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="boom"):
+        with writer.unit(engine, source, "b", "hash-b"):
+            raise RuntimeError("boom")
+    assert gc.isenabled()
+
+
 def test_a_bad_unit_does_not_stop_the_others(engine, tmp_path):
     ds = tmp_path / "ds"
     (ds / "data").mkdir(parents=True)

@@ -106,3 +106,18 @@ def test_after_a_reader_dies_the_next_job_gets_a_new_one_and_nothing_is_left_ope
         items = list(reader.run(_count, 2))
     assert [i["i"] for i in items] == [0, 1]
     assert len(os.listdir("/proc/self/fd")) == open_before  # the dead reader's pipes are closed too
+
+
+def _collector_state():
+    import gc
+
+    yield gc.isenabled()
+
+
+def test_the_reader_produces_with_the_garbage_collector_paused_and_restores_it():
+    import gc
+
+    with Reader() as reader:
+        assert list(reader.run(_collector_state)) == [False]
+        assert list(reader.run(_collector_state)) == [False]
+    assert gc.isenabled()  # this process's collector is untouched
