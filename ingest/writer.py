@@ -15,7 +15,7 @@ import hashlib
 import json
 import operator
 from collections.abc import Iterator
-from itertools import repeat
+from itertools import chain, repeat
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -301,7 +301,8 @@ class UnitWriter:
                                        {k: _trial_columns(v) for k, v in new.items()}, list(TRIAL_COLUMNS))
                 for key, trial_id in ids.items():
                     self._trial_ids[key] = trial_id
-                    self._trial_values[trial_id] = dict(new[key], id=trial_id)
+                    kept = self._trial_values[trial_id] = new[key]  # its row is written: it may change now
+                    kept["id"] = trial_id
                 self.touched_trials.update(ids.values())
             link = [self._trial_ids[k] for k in unknown if self._trial_ids[k] not in self._linked]
             self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"], [(i, self.load_id) for i in link])
@@ -366,11 +367,23 @@ class UnitWriter:
                 self._episodes[key] = (ep_id, new[key][2], _extra_key(new[key][3]))
             inserted = set(ids)
             self.touched_trials.update(trial_id for trial_id, _, _ in ids)
-        turn_rows: list[tuple] = []
-        provenance = []
         message_ids = self._message_ids
         roles, extras = batch.turns.roles, batch.turns.extras
         turn_messages = [message_ids[digest] if digest is not None else None for digest in batch.turns.digests]
+        if len(inserted) == len(keyed):
+            # Every row is a new episode (a first load): the batch's turns are theirs, in order.
+            ep_ids = list(ids.values())
+            n_turns = [episode[4] for episode in batch.episodes]
+            self.counts.n_episodes_new += len(ep_ids)
+            self.counts.n_turns += len(roles)
+            self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], list(zip(
+                chain.from_iterable(map(repeat, ep_ids, n_turns)), chain.from_iterable(map(range, n_turns)),
+                roles, turn_messages, extras)))
+            self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], list(zip(
+                repeat(self.load_id), [row_number for _, row_number, _ in keyed], ep_ids, repeat(None))))
+            return
+        turn_rows: list[tuple] = []
+        provenance = []
 
         def rows_of_turns(ep_id: int, first: int, n_turns: int) -> Iterator[tuple]:
             """(episode_id, idx, role, message_id, extra) of an episode's turns in the batch."""
