@@ -231,30 +231,36 @@ def main() -> None:
     results = _Results()  # (measurement, median, baseline, ratio), echoed to stderr as they come
 
     def measure(method: str, dataset: str) -> list[dict]:
-        runs = []
+        return measure_together([method], dataset)[method]
+
+    def measure_together(methods: list[str], dataset: str) -> dict[str, list[dict]]:
+        """Each method once per round, round after round. The machine is shared and its speed
+        drifts over minutes: methods whose figures make a ratio meet the same drift."""
+        runs: dict[str, list[dict]] = {method: [] for method in methods}
         for i in range(args.repeat):
-            print(f"  {method} on {dataset} ({i + 1}/{args.repeat})", file=sys.stderr)
-            runs.append(run_child(method, data[dataset], work, args.pg))
+            for method in methods:
+                print(f"  {method} on {dataset} ({i + 1}/{args.repeat})", file=sys.stderr)
+                runs[method].append(run_child(method, data[dataset], work, args.pg))
         return runs
 
     # Ingest against its floors and the pandas path.
     for dataset in ("math", "tb"):
-        ours = measure("warehouse-sqlite", dataset)
-        floor = measure("floor-sqlite", dataset)
-        pandas = measure("pandas-sqlite", dataset)
-        m_ours, m_floor, m_pandas = (median([r["seconds"] for r in x]) for x in (ours, floor, pandas))
+        sqlite_methods = ["warehouse-sqlite", "floor-sqlite", "pandas-sqlite"]
+        if dataset == "math":
+            sqlite_methods.append("bound-sqlite")
+        runs = measure_together(sqlite_methods, dataset)
+        m_ours, m_floor, m_pandas = (median([r["seconds"] for r in runs[method]]) for method in sqlite_methods[:3])
         results.append((f"ingest {dataset} → SQLite", f"{m_ours:.2f} s", f"sqlite3 floor {m_floor:.2f} s",
                         f"{m_ours / m_floor:.2f}× floor"))
         results.append((f"pandas path {dataset} → SQLite", f"{m_pandas:.2f} s", f"warehouse {m_ours:.2f} s",
                         f"pandas takes {m_pandas / m_ours:.2f}× the warehouse's time"))
         if dataset == "math":
-            bound = median([r["seconds"] for r in measure("bound-sqlite", dataset)])
+            bound = median([r["seconds"] for r in runs["bound-sqlite"]])
             results.append(("bound of the design, math → SQLite", f"{bound:.2f} s", f"sqlite3 floor {m_floor:.2f} s",
                             f"{bound / m_floor:.2f}× floor"))
         if args.pg:
-            ours_pg = measure("warehouse-postgres", dataset)
-            floor_pg = measure("floor-postgres", dataset)
-            a, b = median([r["seconds"] for r in ours_pg]), median([r["seconds"] for r in floor_pg])
+            pg_runs = measure_together(["warehouse-postgres", "floor-postgres"], dataset)
+            a, b = (median([r["seconds"] for r in pg_runs[method]]) for method in ("warehouse-postgres", "floor-postgres"))
             results.append((f"ingest {dataset} → PostgreSQL", f"{a:.2f} s", f"COPY floor {b:.2f} s",
                             f"{a / b:.2f}× floor"))
 
@@ -366,7 +372,8 @@ def report(results, info, args) -> None:
 Reproduce with `python3 -m pip install -e '.[bench]' && python3 -m bench.run --pg postgresql://…`
 (PostgreSQL rows appear only with `--pg`). Each figure is the median of {args.repeat} runs, each run in
 its own process; every ratio compares two figures measured in the same run on the same machine
-({machine}), on {time.strftime('%Y-%m-%d')}.
+({machine}), on {time.strftime('%Y-%m-%d')}, the methods of a ratio taking turns run by run (the
+machine is shared, and its speed drifts).
 
 {table}
 
