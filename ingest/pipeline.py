@@ -62,13 +62,18 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
                     warn) -> None:
     source_id = writer.ensure_source(engine, source.kind, source.uri, source.name, source.revision, source.card)
     run_key = run or source.name
+    # A source never loaded before is new shard after shard: the reader starts on each while this
+    # process hashes it and opens its unit, instead of after (the first batch comes that much
+    # sooner). For any other source the hash decides first, so a re-ingest starts no reader.
+    new_source = not writer.has_loads(engine, source_id)
     for shard in source.shards:
+        batches = reader.run(_prepared_batches, shard, source.name, run) if new_source else None
         try:
             content_hash = file_hash(shard)
         except OSError as exc:  # unreadable, or gone since the folder was listed
             fail(summary, f"{shard}: cannot read: {exc.strerror or exc}", warn)
             continue
-        if writer.is_loaded(engine, source_id, content_hash):
+        if writer.is_loaded(engine, source_id, content_hash):  # (its started batches are dropped)
             summary.units_skipped += 1
             continue
         # pyarrow is imported here, not at the top: a re-ingest that skips every shard never needs it.
@@ -80,7 +85,7 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
                 progress.start(shard.name, info.n_rows)
                 with writer.unit(engine, source_id, relative_unit(shard, source.root), content_hash,
                                  hub.schema_json(info.schema)) as unit:
-                    for batch in reader.run(_prepared_batches, shard, source.name, run):
+                    for batch in batches or reader.run(_prepared_batches, shard, source.name, run):
                         if batch.rejected and not keep_going:
                             first = batch.rejected[0]
                             raise hub.ShardError(f"{first.where}: {first.reason}")

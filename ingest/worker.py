@@ -75,6 +75,7 @@ class Reader:
     def __init__(self) -> None:
         self._process = None
         self._forkable = "fork" in multiprocessing.get_all_start_methods()
+        self._job_open = False  # a job was sent and its items are not all taken yet
 
     def __enter__(self) -> "Reader":
         return self
@@ -83,10 +84,13 @@ class Reader:
         self._stop()
 
     def run(self, produce: Callable[..., Iterator[T]], *args: Any) -> Iterator[T]:
-        """The items of produce(*args), made in the reader process."""
+        """The items of produce(*args), made in the reader process, which starts on them at
+        once: the caller may prepare the unit meanwhile. Items left untaken (the iterator
+        closed or dropped) stop the process; the next job gets a new one."""
         if not self._forkable:
-            yield from produce(*args)
-            return
+            return produce(*args)
+        if self._job_open:  # the last job's iterator was dropped before it was started
+            self._stop()
         if self._process is None:
             self._start()
         try:
@@ -95,19 +99,22 @@ class Reader:
             self._stop()
             self._start()
             self._jobs.send((produce, args))
-        finished = False
+        self._job_open = True
+        return self._job_items()
+
+    def _job_items(self) -> Iterator[Any]:
         try:
             while True:
                 kind, value = self._receive()
                 if kind == _ITEM:
                     yield value
                 else:
-                    finished = True
+                    self._job_open = False
                     if kind == _ERROR:
                         raise value
                     return
         finally:
-            if not finished:
+            if self._job_open:
                 self._stop()  # it is still producing this job's items: start afresh next time
 
     def _receive(self) -> tuple[str, Any]:
@@ -138,6 +145,7 @@ class Reader:
         items_out.close()
 
     def _stop(self) -> None:
+        self._job_open = False
         if self._process is None:
             return
         self._jobs.close()  # a reader waiting for a job sees the end and exits

@@ -74,6 +74,13 @@ def ensure_source(engine: Engine, kind: str, uri: str, name: str, revision: str 
         return row.id
 
 
+def has_loads(engine: Engine, source_id: int) -> bool:
+    """Whether any unit of the source is in the ledger."""
+    with engine.connect() as conn:
+        loads = T["loads"]
+        return conn.execute(select(loads.c.id).where(loads.c.source_id == source_id).limit(1)).first() is not None
+
+
 def is_loaded(engine: Engine, source_id: int, content_hash: str) -> bool:
     with engine.connect() as conn:
         loads = T["loads"]

@@ -121,3 +121,11 @@ def test_the_reader_produces_with_the_garbage_collector_paused_and_restores_it()
         assert list(reader.run(_collector_state)) == [False]
         assert list(reader.run(_collector_state)) == [False]
     assert gc.isenabled()  # this process's collector is untouched
+
+
+def test_a_job_whose_items_were_never_taken_does_not_leak_into_the_next():
+    with Reader() as reader:
+        dropped = reader.run(_count, 40)  # started at once, never iterated
+        del dropped
+        items = list(reader.run(_count, 3))
+    assert [i["i"] for i in items] == [0, 1, 2]
