@@ -75,7 +75,8 @@ class Reader:
     def __init__(self) -> None:
         self._process = None
         self._forkable = "fork" in multiprocessing.get_all_start_methods()
-        self._job_open = False  # a job was sent and its items are not all taken yet
+        self._jobs_sent = 0
+        self._open_job: int | None = None  # the job sent whose items are not all taken yet
 
     def __enter__(self) -> "Reader":
         return self
@@ -89,7 +90,7 @@ class Reader:
         closed or dropped) stop the process; the next job gets a new one."""
         if not self._forkable:
             return produce(*args)
-        if self._job_open:  # the last job's iterator was dropped before it was started
+        if self._open_job is not None:  # the last job's iterator was dropped before it was done
             self._stop()
         if self._process is None:
             self._start()
@@ -99,23 +100,26 @@ class Reader:
             self._stop()
             self._start()
             self._jobs.send((produce, args))
-        self._job_open = True
-        return self._job_items()
+        self._jobs_sent += 1
+        self._open_job = self._jobs_sent
+        return self._job_items(self._jobs_sent)
 
-    def _job_items(self) -> Iterator[Any]:
+    def _job_items(self, job: int) -> Iterator[Any]:
         try:
             while True:
                 kind, value = self._receive()
                 if kind == _ITEM:
                     yield value
                 else:
-                    self._job_open = False
+                    self._open_job = None
                     if kind == _ERROR:
                         raise value
                     return
         finally:
-            if self._job_open:
-                self._stop()  # it is still producing this job's items: start afresh next time
+            # Still producing this job's items: start afresh next time. (An iterator dropped
+            # after the next job began, and collected only then, leaves that job alone.)
+            if self._open_job == job:
+                self._stop()
 
     def _receive(self) -> tuple[str, Any]:
         try:
@@ -145,7 +149,7 @@ class Reader:
         items_out.close()
 
     def _stop(self) -> None:
-        self._job_open = False
+        self._open_job = None
         if self._process is None:
             return
         self._jobs.close()  # a reader waiting for a job sees the end and exits

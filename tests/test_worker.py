@@ -129,3 +129,12 @@ def test_a_job_whose_items_were_never_taken_does_not_leak_into_the_next():
         del dropped
         items = list(reader.run(_count, 3))
     assert [i["i"] for i in items] == [0, 1, 2]
+
+
+def test_an_unfinished_job_collected_after_the_next_began_leaves_the_next_alone():
+    with Reader() as reader:
+        first = reader.run(_count, 40)
+        assert next(first)["i"] == 0
+        second = reader.run(_count, 3)  # stops the reader of the first, which is collected only now
+        del first
+        assert [i["i"] for i in second] == [0, 1, 2]
