@@ -94,16 +94,27 @@ class Bulk:
             self._bind[key] = [self._bind_processor(table, c) for c in cols]
         columns = list(zip(*rows)) if rows else [() for _ in cols]
         for i, proc in enumerate(self._bind[key]):
+            column = columns[i]
             # Most processed columns (JSON extras, timestamps) are NULL throughout.
-            if proc is not None and columns[i].count(None) != len(columns[i]):
-                columns[i] = tuple([None if value is None else proc(value) for value in columns[i]])
+            if proc is None or column.count(None) == len(column):
+                continue
+            if proc is bytearray and None not in column:
+                columns[i] = tuple(map(bytearray, column))  # a column of hashes: one C loop
+            else:
+                columns[i] = tuple([None if value is None else proc(value) for value in column])
         return columns
 
     def _bind_processor(self, table: Table, col: str) -> Processor:
         column_type = table.c[col].type
-        # Both drivers take bytes as they are; SQLAlchemy's Binary wrapper only costs time.
-        if isinstance(column_type, LargeBinary) or (table.name, col) in UTF8_COLUMNS:
-            return blob if self.is_sqlite else None
+        # Both drivers take bytes as they are; SQLAlchemy's Binary wrapper only costs time. But
+        # sqlite3 binds a bytes value only after looking for an adapter for it (a dictionary
+        # miss and two attribute lookups), a bytearray at once: bytes are sent as bytearrays,
+        # made in one C loop per column (measured on the math profile's messages: inserted
+        # 17 % faster). Message texts are bytearrays already (ingest.prepare.message_row).
+        if (table.name, col) in UTF8_COLUMNS:
+            return None
+        if isinstance(column_type, LargeBinary):
+            return bytearray if self.is_sqlite else None
         # A timestamp on SQLite is the text UtcDateTime and SQLite's DATETIME make together,
         # made here in one C call (a test holds the two equal).
         if self.is_sqlite and isinstance(column_type, UtcDateTime):
@@ -338,13 +349,6 @@ def _check_int4(table: Table, cols: Sequence[str], types: list[str], columns: li
         if values and (min(values) < _INT4_MIN or max(values) > _INT4_MAX):
             bad = next(v for v in values if not _INT4_MIN <= v <= _INT4_MAX)
             raise psycopg.DataError(f"{table.name}.{col}: {bad} is out of range for a 32-bit integer")
-
-
-def blob(value: bytes | bytearray) -> bytearray:
-    """Bytes as sqlite3 binds them fastest: it binds a bytearray at once, but looks for an
-    adapter for a bytes first (a dictionary miss and two attribute lookups per value).
-    Measured on the math profile's messages: inserted 17 % faster."""
-    return value if value.__class__ is bytearray else bytearray(value)
 
 
 def sqlite_timestamp(value: datetime) -> str:

@@ -114,8 +114,8 @@ def message_row(text: str, data: bytes | None = None) -> tuple[bytearray, bytes 
     """(content, content_raw, n_chars): how a message's text is stored. `content` is the UTF-8
     of its display-safe copy, which the bulk writer stores as text: texts arrive from Parquet as
     UTF-8, and most are safe, so they go to the database without ever being decoded. It is a
-    bytearray because sqlite3 binds one at once, and a bytes only after looking for an adapter
-    for it (see bulk.blob). `data`: the text's exact UTF-8 (to_bytes), when the caller has it."""
+    bytearray, which sqlite3 binds faster than a bytes (see bulk.Bulk._bind_processor).
+    `data`: the text's exact UTF-8 (to_bytes), when the caller has it."""
     data = to_bytes(text) if data is None else data
     if is_safe(text):
         return bytearray(data), None, len(text)

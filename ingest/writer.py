@@ -245,8 +245,8 @@ class UnitWriter:
                     ) -> dict[tuple, int]:
         """Insert rows for keys the caller found missing; their new ids by key."""
         ids = self.bulk.allocate_ids(table, len(rows))
-        self.bulk.insert(table, ["id", *key_cols, *other_cols],
-                         [(row_id, *key, *values) for row_id, (key, values) in zip(ids, rows.items())])
+        # (id, *key, *values) per row, zipped column by column in C.
+        self.bulk.insert(table, ["id", *key_cols, *other_cols], list(zip(ids, *zip(*rows), *zip(*rows.values()))))
         if table.name in self._created:
             self._created[table.name].update(ids)
         return dict(zip(rows, ids))
