@@ -37,6 +37,8 @@ WRITE_CHUNK = 5000
 # Queued rows (and bytes of their text) that make a PostgreSQL flush.
 PG_FLUSH_ROWS = 50_000
 PG_FLUSH_BYTES = 16 << 20
+# Rows from which a PostgreSQL COPY is sent from a thread of its own.
+QUEUED_COPY_ROWS = 1000
 # Ids fetched from a PostgreSQL sequence in one round trip.
 PG_ID_BLOCK = 10_000
 # The advisory lock key every PostgreSQL writer takes (any constant unique to this tool).
@@ -317,10 +319,11 @@ class Bulk:
         types = [_pg_binary_type(table, c, self.dialect) for c in cols]
         _check_int4(table, cols, types, columns)
         with self.raw.cursor() as cur:
-            # The queued writer sends from a thread while rows are still being formatted here.
+            # The queued writer sends from a thread while rows are still being formatted here;
+            # for a few rows (a trace directory's), starting that thread costs more than it saves.
             # Binary rows spare the server parsing and unescaping every text.
-            with cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN (FORMAT BINARY)",
-                          writer=QueuedLibpqWriter(cur)) as copy:
+            writer = QueuedLibpqWriter(cur) if len(columns[0]) >= QUEUED_COPY_ROWS else None
+            with cur.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN (FORMAT BINARY)", writer=writer) as copy:
                 copy.set_types(types)
                 try:
                     for row in zip(*columns):
