@@ -16,6 +16,7 @@ as the ORM types would store them.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -60,6 +61,10 @@ UTF8_COLUMNS = {("messages", "content")}
 
 Processor = Callable[[Any], Any] | None
 
+# PostgreSQL ids reserved from a sequence and not used yet, per engine and table (see
+# Bulk.allocate_ids).
+_SPARE_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
 # Tables in foreign-key order (referenced tables first), for writing queued rows.
 _DEPENDENCY_ORDER = {table.name: i for i, table in enumerate(models.Base.metadata.sorted_tables)}
 
@@ -80,7 +85,7 @@ class Bulk:
         self._bind: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._result: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._next_id: dict[str, int] = {}
-        self._spare_ids: dict[str, range] = {}
+        self._spare_ids: dict[str, range] = _SPARE_IDS.setdefault(conn.engine, {})
         self._ids_conn = None  # PostgreSQL: the connection ids are fetched on
         self._copier: ThreadPoolExecutor | None = None  # PostgreSQL: the thread flushes are written in
         self._flushing: Future | None = None
@@ -208,7 +213,9 @@ class Bulk:
         # their own so they never wait for a flush in flight (sequences are not transactional:
         # another connection's values are as good). A block is reserved in one statement by
         # moving the sequence past it; that is safe because every writer of these tables holds
-        # the write lock (see the module docstring). Ids left over when the unit ends are gaps,
+        # the write lock (see the module docstring). Ids left over when the unit ends are kept
+        # for the next unit of this process (a trace directory needs a handful per table, and
+        # would otherwise pay a round trip for each); those the process never uses are gaps,
         # as after any rollback.
         spare = self._spare_ids.get(table.name, range(0))
         if len(spare) < n:

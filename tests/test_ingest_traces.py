@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from helpers import counts
 from ingest.pipeline import ingest
+from trace_trees import make_trace_tree
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
 JOB_ID = "6a29732a-c34a-4f7e-85bd-ee65fb2d2604"
@@ -173,3 +174,14 @@ def test_golden_terminus_2_pair_lands_on_the_same_keys_and_roles(engine, tmp_pat
 
 def test_golden_openhands_pair_lands_on_the_same_keys_and_roles(engine, tmp_path):
     _check_golden_pair(engine, tmp_path, "openhands/hello-world")
+
+
+def test_trial_directories_get_consecutive_ids_whatever_the_backend(engine, tmp_path):
+    # Each trial directory is a unit of its own: on PostgreSQL its ids come from a block reserved
+    # from the sequence, and the rest of the block serves the next unit instead of becoming a gap.
+    root = make_trace_tree(tmp_path / "traces", seed=3, job_trials=5, rl_trials=0, with_fixtures=False)
+    summary = ingest(engine, [str(root)])
+    assert summary.errors == [] and summary.units_loaded == 5
+    for table in ("trials", "episodes", "messages"):
+        ids = [r[0] for r in _rows(engine, f"SELECT id FROM {table} ORDER BY id")]
+        assert ids == list(range(ids[0], ids[0] + len(ids))), table
