@@ -67,7 +67,12 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
     # sooner). For any other source the hash decides first, so a re-ingest starts no reader.
     new_source = not writer.has_loads(engine, source_id)
     for shard in source.shards:
-        batches = reader.run(_prepared_batches, shard, source.name, run) if new_source else None
+        batches = None
+        if new_source:
+            # pyarrow is imported first: a reader forked after shares its pages with this process.
+            from ingest import hub  # noqa: F401
+
+            batches = reader.run(_prepared_batches, shard, source.name, run)
         try:
             content_hash = file_hash(shard)
         except OSError as exc:  # unreadable, or gone since the folder was listed
