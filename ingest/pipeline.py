@@ -66,13 +66,10 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
     # process hashes it and opens its unit, instead of after (the first batch comes that much
     # sooner). For any other source the hash decides first, so a re-ingest starts no reader.
     new_source = not writer.has_loads(engine, source_id)
+    if new_source:
+        _import_pyarrow()  # before the reader is forked: the two processes then share its pages
     for shard in source.shards:
-        batches = None
-        if new_source:
-            # pyarrow is imported first: a reader forked after shares its pages with this process.
-            from ingest import hub  # noqa: F401
-
-            batches = reader.run(_prepared_batches, shard, source.name, run)
+        batches = reader.run(_prepared_batches, shard, source.name, run) if new_source else None
         try:
             content_hash = file_hash(shard)
         except OSError as exc:  # unreadable, or gone since the folder was listed
@@ -81,8 +78,7 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
         if writer.is_loaded(engine, source_id, content_hash):  # (its started batches are dropped)
             summary.units_skipped += 1
             continue
-        # pyarrow is imported here, not at the top: a re-ingest that skips every shard never needs it.
-        from ingest import hub
+        hub = _import_pyarrow()
 
         with one_unit(summary, warn, shard, lambda exc: _shard_error(hub, shard, exc)):
             try:
@@ -100,6 +96,14 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
                 summary.add(unit.counts)
             finally:
                 progress.finish()
+
+
+def _import_pyarrow():
+    """ingest.hub, and so pyarrow: imported only when a shard is read, not at the top, since a
+    re-ingest that skips every shard never needs it."""
+    from ingest import hub
+
+    return hub
 
 
 def _prepared_batches(shard: Path, run_name: str, run_override: str | None) -> Iterator[Batch]:
