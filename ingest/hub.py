@@ -42,6 +42,8 @@ BATCH_ROWS = 128
 BATCH_BYTES = 1 << 20
 
 T = TypeVar("T")
+# The words a float that is not a number is kept as in JSON values.
+NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 class ShardError(Exception):
@@ -386,9 +388,10 @@ def to_json_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [to_json_value(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
-        # JSON has no NaN or infinities and PostgreSQL's jsonb refuses them: kept as "nan",
-        # "inf", "-inf", which the column's float type in the Arrow schema turns back.
-        return str(value)
+        # JSON has no NaN or infinities and PostgreSQL's jsonb refuses them: kept as the words
+        # Python's json writes, as the trace reader keeps them (so one query finds both), which
+        # the column's float type in the Arrow schema turns back.
+        return NON_FINITE[str(value)]
     if value is None or isinstance(value, (str, int, float)):
         return value
     return str(value)  # time of day, durations: their text (the Arrow schema has the type)

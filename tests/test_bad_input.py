@@ -219,7 +219,7 @@ def _check_odd_numbers(engine, src: Path) -> None:
             "SELECT t.trial_name, e.extra FROM episodes e JOIN trials t ON t.id = e.trial_id "
             "WHERE t.trial_name LIKE 'case%'"))}
     assert {name: (x["score"], x["at"]) for name, x in extras.items()} == {
-        "case__r0": ("nan", "13:05:07"), "case__r1": ("inf", "13:05:07"), "case__r2": (-1.5, "13:05:07")}
+        "case__r0": ("NaN", "13:05:07"), "case__r1": ("Infinity", "13:05:07"), "case__r2": (-1.5, "13:05:07")}
     trial = _trial(engine, "case__r0")
     assert (trial["started_at"], trial["date_raw"]) == (None, "0001-01-01T00:00:00+05:00")
 

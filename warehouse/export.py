@@ -539,8 +539,8 @@ def to_arrow(values: list[Any], type: pa.DataType, name: str) -> pa.Array:
 
 def restore(value: Any, type: pa.DataType) -> Any:
     """Undo `ingest.hub.to_json_value` for one value of Arrow type `type`: bytes were
-    {"$bytes_b64": …}, datetimes and dates ISO strings, decimals strings, maps [key, value]
-    lists."""
+    {"$bytes_b64": …}, datetimes and dates ISO strings, decimals strings, non-finite floats
+    their names, maps [key, value] lists."""
     if value is None:
         return None
     if pa.types.is_dictionary(type):
@@ -554,6 +554,8 @@ def restore(value: Any, type: pa.DataType) -> Any:
     if _is_binary(type):
         return base64.b64decode(value["$bytes_b64"]) if isinstance(value, dict) else value
     if isinstance(value, str):
+        if pa.types.is_floating(type):
+            return _non_finite(value)
         if pa.types.is_timestamp(type):
             return datetime.fromisoformat(value)
         if pa.types.is_date(type):
@@ -561,6 +563,15 @@ def restore(value: Any, type: pa.DataType) -> Any:
         if pa.types.is_decimal(type):
             return Decimal(value)
     return value
+
+
+def _non_finite(value: str) -> float | str:
+    """NaN, Infinity, -Infinity (and nan, inf, -inf, as loads before 2026-11-30 kept them) as the
+    floats they were; any other text is left for Arrow to refuse, naming the column."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
 
 
 @functools.lru_cache(maxsize=None)
@@ -571,7 +582,7 @@ def _needs_restore(type: pa.DataType) -> bool:
         return any(_needs_restore(f.type) for f in type)
     if _is_list(type):
         return _needs_restore(type.value_type)
-    return (pa.types.is_map(type) or pa.types.is_dictionary(type) or _is_binary(type)
+    return (pa.types.is_map(type) or pa.types.is_dictionary(type) or _is_binary(type) or pa.types.is_floating(type)
             or pa.types.is_timestamp(type) or pa.types.is_date(type) or pa.types.is_decimal(type))
 
 
