@@ -138,3 +138,22 @@ def test_an_unfinished_job_collected_after_the_next_began_leaves_the_next_alone(
         second = reader.run(_count, 3)  # stops the reader of the first, which is collected only now
         del first
         assert [i["i"] for i in second] == [0, 1, 2]
+
+
+def _sized(sizes: list[int]):
+    import hashlib
+
+    for i, size in enumerate(sizes):
+        data = hashlib.sha256(str(i).encode()).digest() * (size // 32)
+        yield i, data
+
+
+def test_items_of_every_size_cross_intact_and_in_order():
+    # Items cross in a ring of shared memory, wrapping around its end; one larger than the ring
+    # takes goes through the pipe instead.
+    from ingest.worker import AHEAD_BYTES, RING_ITEM_MAX
+
+    sizes = [100, 3 << 20, 2 << 20, 64 << 10, RING_ITEM_MAX + (1 << 20), 3 << 20, 1, 3 << 20, AHEAD_BYTES,
+             (1 << 20) - 7, 3 << 20, 5]
+    expected = list(_sized(sizes))
+    assert list(in_worker(_sized, sizes)) == expected
