@@ -223,7 +223,7 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
                          roles_and_digests_hash(roles[lo:hi], digests[lo:hi]), ep.extra, lo))
         trials.append((trial.run_key, trial.trial_name, trial_values(trial, instruction)))
     turns = Turns(roles, digests, [None] * len(roles))
-    return Batch(trials, messages.rows, episodes, turns, [], batch.nbytes, messages.text_bytes)
+    return Batch(trials, messages.rows, episodes, turns, [], batch.nbytes)
 
 
 def _values_row_by_row(column: pa.Array, name: str, bad_text: dict[int, str]) -> list[Any]:

@@ -58,12 +58,11 @@ def _role_bytes(role: str) -> bytes:
 
 
 class Messages:
-    """The distinct texts of a batch, each encoded once: hashed, kept in its stored form (see
-    message_row), and measured in UTF-8 bytes (what the ledger counts)."""
+    """The distinct texts of a batch, each encoded once: hashed and kept in its stored form (see
+    message_row)."""
 
     def __init__(self) -> None:
         self.rows: dict[bytes, tuple[bytearray, bytes | None, int]] = {}
-        self.text_bytes: dict[bytes, int] = {}
 
     def add(self, text: str) -> bytes:
         """The text's hash (message_hash), after keeping the text if it is new."""
@@ -71,7 +70,6 @@ class Messages:
         digest = _hash_of(data)
         if digest not in self.rows:
             self.rows[digest] = message_row(text, data)
-            self.text_bytes[digest] = len(data)
         return digest
 
     def add_utf8(self, data: bytes, n_chars: int) -> bytes:
@@ -80,7 +78,6 @@ class Messages:
         digest = _hash_of(data)
         if digest not in self.rows:
             self.rows[digest] = (bytearray(data), None, n_chars) if b"\x00" not in data else message_row(data.decode(), data)
-            self.text_bytes[digest] = len(data)
         return digest
 
 
@@ -106,8 +103,6 @@ class Batch:
     turns: "Turns"
     rejected: list[Rejected] = field(default_factory=list)
     n_bytes: int = 0  # bytes of the source this batch was read from
-    # hash -> UTF-8 bytes of each text in `messages`.
-    text_bytes: dict[bytes, int] = field(default_factory=dict)
 
 
 def message_row(text: str, data: bytes | None = None) -> tuple[bytearray, bytes | None, int]:
@@ -142,7 +137,7 @@ def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes
             turns.roles += [turn.role for turn in ep.turns]
             turns.digests += digests
             turns.extras += [turn.extra for turn in ep.turns]
-    return Batch(out_trials, messages.rows, episodes, turns, list(rejected or ()), n_bytes, messages.text_bytes)
+    return Batch(out_trials, messages.rows, episodes, turns, list(rejected or ()), n_bytes)
 
 
 def trial_values(t: Trial, instruction: bytes | None) -> dict[str, Any]:

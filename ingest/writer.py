@@ -196,7 +196,7 @@ class UnitWriter:
         self._forget_if_large()
         self._ensure_runs([run_key for run_key, _, _ in batch.trials], run_names or {})
         self._ensure_tasks([v["task_name"] for _, _, v in batch.trials if v["task_name"] is not None])
-        self._ensure_messages(batch.messages, batch.text_bytes)
+        self._ensure_messages(batch.messages)
         trial_ids = self._ensure_trials(batch.trials)
         self._write_episodes(batch, trial_ids)
         if self.bulk.should_flush(self._queued_bytes):
@@ -272,11 +272,12 @@ class UnitWriter:
     def _ensure_tasks(self, names: list[str]) -> None:
         self._ensure(T["tasks"], "name", self._task_ids, {n: () for n in names}, [])
 
-    def _ensure_messages(self, messages: dict[bytes, tuple], text_bytes: dict[bytes, int]) -> None:
+    def _ensure_messages(self, messages: dict[bytes, tuple]) -> None:
         new = self._ensure(T["messages"], "content_hash", self._message_ids, messages,
                            ["content", "content_raw", "n_chars"])
-        # Bytes of text this unit added: only the messages it created, not those it found.
-        added = sum(text_bytes[digest] for digest, in new)
+        # Bytes of text this unit added: only the messages it created, not those it found. A
+        # text's UTF-8 is its content, or its exact bytes where the content is a safe copy.
+        added = sum(len(content if raw is None else raw) for content, raw, _ in new.values())
         self.counts.n_bytes += added
         self._queued_bytes += added
 
