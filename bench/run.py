@@ -393,9 +393,10 @@ Datasets (from `ingest.generate`, fixed seeds):
   conflict checks.
 - *bound of the design*: the ingest's two processes with nothing left to compute: the reader
   process sends the floor's rows (ids assigned) and the provenance rows, batch by batch; the
-  writer only runs `executemany`, the summary refresh, the ledger update and the commit, in one
-  unit's transaction: the least an ingest built this way can take
-  (`bench.floors.sqlite_writer_bound`).
+  writer only runs plain `executemany` (as the floor does), the summary refresh, the ledger
+  update and the commit, in one unit's transaction: about the least an ingest built this way
+  can take (`bench.floors.sqlite_writer_bound`). The ingest's own inserts bind faster than plain
+  `executemany` (NULL columns as literals, bytes as bytearrays), so it can come nearer.
 - *trace folders*: a Harbor job of synthetic trial folders (`tests/trace_trees.py`: config,
   result, ATIF trajectory of 6 agent steps, verifier output), each trial a unit of its own.
 - *pandas path*: `pandas.read_parquet`, explode `conversations` to one row per message,
