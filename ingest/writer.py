@@ -241,29 +241,31 @@ class UnitWriter:
 
     # -- keyed rows ---------------------------------------------------------------------------
 
-    def _insert_new(self, table, key_cols: list[str], rows: dict[tuple, tuple], other_cols: list[str]
-                    ) -> dict[tuple, int]:
-        """Insert rows for keys the caller found missing; their new ids by key."""
-        ids = self.bulk.allocate_ids(table, len(rows))
+    def _insert_new(self, table, key_cols: list[str], key_columns: list[Any], values: Any, other_cols: list[str]
+                    ) -> list[int]:
+        """Insert rows for keys the caller found missing, given as columns of keys (one per key
+        column) and the rows' other values in the same order; their new ids, in that order."""
+        ids = self.bulk.allocate_ids(table, len(key_columns[0]))
         # (id, *key, *values) per row, zipped column by column in C.
-        self.bulk.insert(table, ["id", *key_cols, *other_cols], list(zip(ids, *zip(*rows), *zip(*rows.values()))))
+        self.bulk.insert(table, ["id", *key_cols, *other_cols], list(zip(ids, *key_columns, *zip(*values))))
         if table.name in self._created:
             self._created[table.name].update(ids)
-        return dict(zip(rows, ids))
+        return ids
 
     def _ensure(self, table, key_col: str, cache: dict, rows: dict[Any, tuple], other_cols: list[str]
-                ) -> dict[tuple, tuple]:
+                ) -> dict[Any, tuple]:
         """Ids for single-column keys (runs, tasks, messages), creating the missing ones; the
-        rows it created."""
+        rows it created, by key."""
         missing = [k for k in rows if k not in cache]
         if not missing:
             return {}
-        found = self._lookup(table, [key_col], [(k,) for k in missing], ["id"])
-        cache.update({key[0]: values[0] for key, values in found.items()})
-        new = {(k,): rows[k] for k in missing if k not in cache}
+        if table.name not in self._fresh:
+            found = self._lookup(table, [key_col], [(k,) for k in missing], ["id"])
+            cache.update({key[0]: values[0] for key, values in found.items()})
+            missing = [k for k in missing if k not in cache]
+        new = {k: rows[k] for k in missing}
         if new:
-            ids = self._insert_new(table, [key_col], new, other_cols)
-            cache.update({key[0]: row_id for key, row_id in ids.items()})
+            cache.update(zip(new, self._insert_new(table, [key_col], [missing], new.values(), other_cols)))
         return new
 
     def _ensure_runs(self, keys: list[str], names: dict[str, str]) -> None:
@@ -305,13 +307,13 @@ class UnitWriter:
                 if key not in self._trial_ids:
                     new.setdefault(key, values)
             if new:
-                ids = self._insert_new(trials_t, ["run_id", "trial_name"],
-                                       {k: _trial_columns(v) for k, v in new.items()}, list(TRIAL_COLUMNS))
-                for key, trial_id in ids.items():
+                ids = self._insert_new(trials_t, ["run_id", "trial_name"], list(zip(*new)),
+                                       map(_trial_columns, new.values()), list(TRIAL_COLUMNS))
+                for key, trial_id in zip(new, ids):
                     self._trial_ids[key] = trial_id
                     kept = self._trial_values[trial_id] = new[key]  # its row is written: it may change now
                     kept["id"] = trial_id
-                self.touched_trials.update(ids.values())
+                self.touched_trials.update(ids)
             link = [self._trial_ids[k] for k in unknown if self._trial_ids[k] not in self._linked]
             self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"], [(i, self.load_id) for i in link])
             self._linked.update(link)
@@ -370,17 +372,18 @@ class UnitWriter:
                 new[key] = (n_turns, n_chars, chash, extra)
         inserted: set[tuple] = set()
         if new:
-            ids = self._insert_new(episodes_t, key_cols, new, ["n_turns", "n_chars", "conversation_hash", "extra"])
-            for key, ep_id in ids.items():
+            key_columns = list(zip(*new))
+            ep_ids = self._insert_new(episodes_t, key_cols, key_columns, new.values(),
+                                      ["n_turns", "n_chars", "conversation_hash", "extra"])
+            for key, ep_id in zip(new, ep_ids):
                 self._episodes[key] = (ep_id, new[key][2], _extra_key(new[key][3]))
-            inserted = set(ids)
-            self.touched_trials.update(trial_id for trial_id, _, _ in ids)
+            inserted = set(new)
+            self.touched_trials.update(key_columns[0])
         message_ids = self._message_ids
         roles, extras = batch.turns.roles, batch.turns.extras
         turn_messages = [message_ids[digest] if digest is not None else None for digest in batch.turns.digests]
         if len(inserted) == len(keyed):
             # Every row is a new episode (a first load): the batch's turns are theirs, in order.
-            ep_ids = list(ids.values())
             n_turns = [episode[4] for episode in batch.episodes]
             self.counts.n_episodes_new += len(ep_ids)
             self.counts.n_turns += len(roles)
