@@ -260,7 +260,8 @@ def main() -> None:
                             f"{bound / m_floor:.2f}× floor"))
         if args.pg:
             pg_runs = measure_together(["warehouse-postgres", "floor-postgres"], dataset)
-            a, b = (median([r["seconds"] for r in pg_runs[method]]) for method in ("warehouse-postgres", "floor-postgres"))
+            a, b = (median([r["seconds"] for r in pg_runs[method]])
+                    for method in ("warehouse-postgres", "floor-postgres"))
             results.append((f"ingest {dataset} → PostgreSQL", f"{a:.2f} s", f"COPY floor {b:.2f} s",
                             f"{a / b:.2f}× floor"))
 

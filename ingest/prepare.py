@@ -77,7 +77,8 @@ class Messages:
         without decoding it: it is stored as it came unless it holds a NUL."""
         digest = _hash_of(data)
         if digest not in self.rows:
-            self.rows[digest] = (bytearray(data), None, n_chars) if b"\x00" not in data else message_row(data.decode(), data)
+            safe = b"\x00" not in data
+            self.rows[digest] = (bytearray(data), None, n_chars) if safe else message_row(data.decode(), data)
         return digest
 
 
