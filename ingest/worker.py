@@ -237,11 +237,9 @@ def _send_items(produce: Callable[..., Iterator[Any]], args: tuple, outbox: _Out
             for item in produce(*args):
                 outbox.put((_ITEM, item))
             outbox.put((_DONE, None))
-        except OSError as exc:
-            if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
-                return False
-            outbox.put((_ERROR, exc))  # the job's own error (a file it could not read)
-        except BaseException as exc:  # raised again on the consumer's side
+        except (BrokenPipeError, ConnectionResetError):  # the consumer is gone
+            return False
+        except BaseException as exc:  # the job's own error: raised again on the consumer's side
             try:
                 outbox.put((_ERROR, exc))
             except (pickle.PicklingError, TypeError, AttributeError):
