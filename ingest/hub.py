@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.prefetch import prefetch
-from ingest.prepare import Batch, Messages, Turns, prepare, roles_and_digests_hash, trial_values
+from ingest.prepare import Batch, Messages, Turns, prepare, roles_and_digests_hash, trial_row
 from ingest.records import Episode, Rejected, Trial, Turn
 from warehouse.errors import first_line
 
@@ -221,7 +221,7 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
         episodes.append((len(trials), ep.trace_source, ep.episode_index, ep.row_number, hi - lo,
                          sum(n for n in n_chars[lo:hi] if n is not None),
                          roles_and_digests_hash(roles[lo:hi], digests[lo:hi]), ep.extra, lo))
-        trials.append((trial.run_key, trial.trial_name, trial_values(trial, instruction)))
+        trials.append(trial_row(trial, instruction))
     turns = Turns(roles, digests, [None] * len(roles))
     return Batch(trials, messages.rows, episodes, turns, [], batch.nbytes)
 

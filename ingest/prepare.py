@@ -25,6 +25,9 @@ TRIAL_FIELDS = (
     "n_input_tokens", "n_cache_tokens", "n_output_tokens", "cost_usd", "verifier_output",
     "task_checksum", "source_run_id", "instruction_id",
 )
+# A batch's trial is a tuple of these, in this order (see trial_row): a tuple, not a dict, as it
+# crosses to the writer's process and is compared there whole.
+TRIAL_ROW = ("run_key", "trial_name", "task_name", "status", *TRIAL_FIELDS, "detail")
 
 
 def message_hash(text: str) -> bytes:
@@ -91,9 +94,8 @@ class Turns:
 
 @dataclass
 class Batch:
-    # (run_key, trial_name, values): values has every TRIAL_FIELDS column except that
-    # instruction_id is the instruction's message hash, plus task_name, status and detail.
-    trials: list[tuple[str, str, dict[str, Any]]]
+    # Trials as TRIAL_ROW tuples (see trial_row).
+    trials: list[tuple]
     # Every distinct text of the batch: hash -> (content, content_raw, n_chars), see message_row.
     messages: dict[bytes, tuple[bytearray, bytes | None, int]]
     # (trial position in `trials`, trace_source, episode_index, row_number or None, n_turns,
@@ -129,7 +131,7 @@ def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes
     episodes = []
     turns = Turns()
     for position, t in enumerate(trials):
-        out_trials.append((t.run_key, t.trial_name, trial_values(t, digest(t.instruction))))
+        out_trials.append(trial_row(t, digest(t.instruction)))
         for ep in t.episodes:
             digests = [digest(turn.content) for turn in ep.turns]
             n_chars = sum(len(turn.content) for turn in ep.turns if turn.content is not None)
@@ -141,19 +143,16 @@ def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes
     return Batch(out_trials, messages.rows, episodes, turns, list(rejected or ()), n_bytes)
 
 
-def trial_values(t: Trial, instruction: bytes | None) -> dict[str, Any]:
-    """A trial's stored columns, `instruction_id` holding its instruction's hash for now."""
+def trial_row(t: Trial, instruction: bytes | None) -> tuple:
+    """A trial as the TRIAL_ROW tuple of its stored columns, `instruction_id` holding its
+    instruction's hash (the writer has the message's id) and `task_name` its task's name."""
     texts, exact = safe_columns(dict(verifier_output=t.verifier_output, exception_message=t.exception_message))
     detail = dict(t.detail or {})
     if exact:
         detail[RAW_TEXT] = exact
-    return dict(
-        task_name=t.task_name, status=t.status, agent=t.agent, agent_version=t.agent_version,
-        model=t.model, model_provider=t.model_provider, result=t.result, reward=t.reward,
-        rewards=t.rewards, exception_type=t.exception_type, exception_message=texts["exception_message"],
-        started_at=t.started_at, finished_at=t.finished_at, date_raw=t.date_raw,
-        n_input_tokens=t.n_input_tokens, n_cache_tokens=t.n_cache_tokens,
-        n_output_tokens=t.n_output_tokens, cost_usd=t.cost_usd, verifier_output=texts["verifier_output"],
-        instruction_id=instruction, task_checksum=t.task_checksum, source_run_id=t.source_run_id,
-        detail=detail or None,
+    return (
+        t.run_key, t.trial_name, t.task_name, t.status, t.agent, t.agent_version, t.model, t.model_provider,
+        t.result, t.reward, t.rewards, t.exception_type, texts["exception_message"], t.started_at,
+        t.finished_at, t.date_raw, t.n_input_tokens, t.n_cache_tokens, t.n_output_tokens, t.cost_usd,
+        texts["verifier_output"], t.task_checksum, t.source_run_id, instruction, detail or None,
     )

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import operator
-from collections.abc import Iterator
-from itertools import chain, repeat
+from collections.abc import Iterator, Sequence
+from itertools import chain, filterfalse, repeat
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -24,7 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select, update
 
 from ingest import bulk, collector
-from ingest.prepare import TRIAL_FIELDS, Batch, prepare
+from ingest.prepare import TRIAL_FIELDS, TRIAL_ROW, Batch, prepare
 from ingest.records import Rejected, Run, Trial
 from warehouse import __version__, summaries
 from warehouse.db import models
@@ -43,9 +42,12 @@ MESSAGE_CACHE = 200_000
 TRIAL_CACHE = 20_000
 EPISODE_CACHE = 100_000
 
-# Every stored trial column besides the key, in the order the bulk writer sends them.
+# Every stored trial column besides the key, in the order the bulk writer sends them: a batch's
+# TRIAL_ROW after its key, with the task's name and the instruction's hash made ids.
 TRIAL_COLUMNS = ("task_id", "status", *TRIAL_FIELDS, "detail")
-_trial_columns = operator.itemgetter(*TRIAL_COLUMNS)
+_RUN_KEY, _NAME, _TASK, _INSTRUCTION = (TRIAL_ROW.index(c) for c in ("run_key", "trial_name", "task_name",
+                                                                     "instruction_id"))
+assert TRIAL_ROW[_TASK + 1:] == TRIAL_COLUMNS[1:]
 
 
 @dataclass
@@ -138,7 +140,7 @@ class UnitWriter:
         self._task_ids: dict[str, int] = {}
         self._message_ids: dict[bytes, int] = {}
         self._trial_ids: dict[tuple[int, str], int] = {}
-        self._trial_values: dict[int, dict[str, Any]] = {}
+        self._trial_values: dict[int, tuple] = {}  # TRIAL_COLUMNS of each cached trial
         self._episodes: dict[tuple[int, str, int], tuple[int, str, bytes | None]] = {}  # id, hash, _extra_key
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
         self.touched_trials: set[int] = set()  # inserted, filled in or given episodes: to summarize
@@ -194,10 +196,11 @@ class UnitWriter:
         if not batch.trials:
             return
         self._forget_if_large()
-        self._ensure_runs([run_key for run_key, _, _ in batch.trials], run_names or {})
-        self._ensure_tasks([v["task_name"] for _, _, v in batch.trials if v["task_name"] is not None])
+        trials = list(zip(*batch.trials))  # TRIAL_ROW columns
+        self._ensure_runs(trials[_RUN_KEY], run_names or {})
+        self._ensure_tasks([name for name in trials[_TASK] if name is not None])
         self._ensure_messages(batch.messages)
-        trial_ids = self._ensure_trials(batch.trials)
+        trial_ids = self._ensure_trials(trials)
         self._write_episodes(batch, trial_ids)
         if self.bulk.should_flush(self._queued_bytes):
             self.flush(wait=False)
@@ -246,8 +249,7 @@ class UnitWriter:
         """Insert rows for keys the caller found missing, given as columns of keys (one per key
         column) and the rows' other values in the same order; their new ids, in that order."""
         ids = self.bulk.allocate_ids(table, len(key_columns[0]))
-        # (id, *key, *values) per row, zipped column by column in C.
-        self.bulk.insert(table, ["id", *key_cols, *other_cols], list(zip(ids, *key_columns, *zip(*values))))
+        self.bulk.insert(table, ["id", *key_cols, *other_cols], [ids, *key_columns, *zip(*values)])
         if table.name in self._created:
             self._created[table.name].update(ids)
         return ids
@@ -256,19 +258,19 @@ class UnitWriter:
                 ) -> dict[Any, tuple]:
         """Ids for single-column keys (runs, tasks, messages), creating the missing ones; the
         rows it created, by key."""
-        missing = [k for k in rows if k not in cache]
+        missing = list(filterfalse(cache.__contains__, rows))
         if not missing:
             return {}
         if table.name not in self._fresh:
             found = self._lookup(table, [key_col], [(k,) for k in missing], ["id"])
             cache.update({key[0]: values[0] for key, values in found.items()})
-            missing = [k for k in missing if k not in cache]
-        new = {k: rows[k] for k in missing}
+            missing = list(filterfalse(cache.__contains__, missing))
+        new = rows if len(missing) == len(rows) else {k: rows[k] for k in missing}
         if new:
             cache.update(zip(new, self._insert_new(table, [key_col], [missing], new.values(), other_cols)))
         return new
 
-    def _ensure_runs(self, keys: list[str], names: dict[str, str]) -> None:
+    def _ensure_runs(self, keys: Sequence[str], names: dict[str, str]) -> None:
         self._ensure(T["runs"], "run_key", self._run_ids, {k: (names.get(k),) for k in keys}, ["name"])
 
     def _ensure_tasks(self, names: list[str]) -> None:
@@ -285,37 +287,36 @@ class UnitWriter:
 
     # -- trials -------------------------------------------------------------------------------
 
-    def _ensure_trials(self, trials: list[tuple[str, str, dict[str, Any]]]) -> list[int]:
-        keys = []
-        incoming = []
-        for run_key, trial_name, values in trials:
-            keys.append((self._run_ids[run_key], trial_name))
-            task_name, instruction = values.pop("task_name"), values["instruction_id"]
-            values["task_id"] = self._task_ids[task_name] if task_name is not None else None
-            values["instruction_id"] = self._message_ids[instruction] if instruction is not None else None
-            incoming.append(values)
+    def _ensure_trials(self, trials: list[tuple]) -> list[int]:
+        """Ids of a batch's trials, given as TRIAL_ROW columns: new ones inserted, known ones
+        merged with what they bring."""
+        run_ids, task_ids, message_ids = self._run_ids, self._task_ids, self._message_ids
+        keys = list(zip(map(run_ids.__getitem__, trials[_RUN_KEY]), trials[_NAME]))
+        columns = list(trials[_TASK:])  # TRIAL_COLUMNS, once names and hashes are ids
+        columns[0] = [None if name is None else task_ids[name] for name in columns[0]]
+        i = _INSTRUCTION - _TASK
+        columns[i] = [None if digest is None else message_ids[digest] for digest in columns[i]]
+        incoming = list(zip(*columns))
         unknown = [k for k in dict.fromkeys(keys) if k not in self._trial_ids]
-        new: dict[tuple, dict[str, Any]] = {}
+        new: dict[tuple, tuple] = {}
         if unknown:
             trials_t = T["trials"]
             found = self._lookup(trials_t, ["run_id", "trial_name"], unknown, ["id", *TRIAL_COLUMNS], parent="runs")
-            for key, values in found.items():
-                stored = dict(zip(["id", *TRIAL_COLUMNS], values))
-                self._trial_ids[key] = stored["id"]
-                self._trial_values[stored["id"]] = stored
+            for key, (trial_id, *values) in found.items():
+                self._trial_ids[key] = trial_id
+                self._trial_values[trial_id] = tuple(values)
             for key, values in zip(keys, incoming):
                 if key not in self._trial_ids:
                     new.setdefault(key, values)
             if new:
-                ids = self._insert_new(trials_t, ["run_id", "trial_name"], list(zip(*new)),
-                                       map(_trial_columns, new.values()), list(TRIAL_COLUMNS))
+                ids = self._insert_new(trials_t, ["run_id", "trial_name"], list(zip(*new)), new.values(),
+                                       list(TRIAL_COLUMNS))
                 for key, trial_id in zip(new, ids):
                     self._trial_ids[key] = trial_id
-                    kept = self._trial_values[trial_id] = new[key]  # its row is written: it may change now
-                    kept["id"] = trial_id
+                    self._trial_values[trial_id] = new[key]
                 self.touched_trials.update(ids)
             link = [self._trial_ids[k] for k in unknown if self._trial_ids[k] not in self._linked]
-            self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"], [(i, self.load_id) for i in link])
+            self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"], [link, [self.load_id] * len(link)])
             self._linked.update(link)
         ids = []
         for key, values in zip(keys, incoming):
@@ -325,27 +326,31 @@ class UnitWriter:
             ids.append(trial_id)
         return ids
 
-    def _merge_trial(self, trial_id: int, incoming: dict[str, Any]) -> None:
+    def _merge_trial(self, trial_id: int, incoming_row: tuple) -> None:
         """Fill what the stored trial lacks; record where the two disagree."""
-        kept = self._trial_values[trial_id]
+        if incoming_row == self._trial_values[trial_id]:  # a trial's every row says the same, mostly
+            return
+        kept = dict(zip(TRIAL_COLUMNS, self._trial_values[trial_id]))
+        incoming = dict(zip(TRIAL_COLUMNS, incoming_row))
         fill: dict[str, Any] = {}
         for name in TRIAL_FIELDS:
-            new, old = incoming[name], kept.get(name)
+            new, old = incoming[name], kept[name]
             if new is None or new == old:
                 continue
             if old is None:
                 fill[name] = new
             elif not _same_instant(old, new):
                 self._conflict("trial", trial_id, name, {name: _jsonable(old)}, {name: _jsonable(new)}, None)
-        if kept.get("task_id") is None and incoming["task_id"] is not None:
+        if kept["task_id"] is None and incoming["task_id"] is not None:
             fill["task_id"] = incoming["task_id"]
-        if kept.get("status") == "incomplete" and incoming["status"] == "complete":
+        if kept["status"] == "incomplete" and incoming["status"] == "complete":
             fill["status"] = "complete"
-        if incoming.get("detail") and incoming["detail"] != kept.get("detail"):
-            fill["detail"] = {**(incoming["detail"] or {}), **(kept.get("detail") or {})}
+        if incoming["detail"] and incoming["detail"] != kept["detail"]:
+            fill["detail"] = {**(incoming["detail"] or {}), **(kept["detail"] or {})}
         if fill:
             self._execute(update(T["trials"]).where(T["trials"].c.id == trial_id).values(**fill))
             kept.update(fill)
+            self._trial_values[trial_id] = tuple(kept.values())
             self.touched_trials.add(trial_id)
 
     # -- episodes -----------------------------------------------------------------------------
@@ -387,11 +392,11 @@ class UnitWriter:
             n_turns = [episode[4] for episode in batch.episodes]
             self.counts.n_episodes_new += len(ep_ids)
             self.counts.n_turns += len(roles)
-            self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], list(zip(
-                chain.from_iterable(map(repeat, ep_ids, n_turns)), chain.from_iterable(map(range, n_turns)),
-                roles, turn_messages, extras)))
-            self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], list(zip(
-                repeat(self.load_id), [row_number for _, row_number, _ in keyed], ep_ids, repeat(None))))
+            self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], [
+                list(chain.from_iterable(map(repeat, ep_ids, n_turns))), list(chain.from_iterable(map(range, n_turns))),
+                roles, turn_messages, extras])
+            self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], [
+                [self.load_id] * len(keyed), [row_number for _, row_number, _ in keyed], ep_ids, [None] * len(keyed)])
             return
         turn_rows: list[tuple] = []
         provenance = []
@@ -423,8 +428,8 @@ class UnitWriter:
             # The row's own extra columns, where they differ from the stored episode's.
             own_extra = None if _extra_key(extra) == kept_extra else (extra or {})
             provenance.append((self.load_id, row_number, ep_id, own_extra))
-        self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], turn_rows)
-        self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], provenance)
+        self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], _columns(turn_rows, 5))
+        self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], _columns(provenance, 4))
 
     def _conflict(self, entity: str, entity_id: int, field_name: str | None, kept: dict, incoming: dict,
                   row_number: int | None) -> None:
@@ -433,7 +438,12 @@ class UnitWriter:
             where = f"row {row_number}" if row_number is not None else f"{entity} {entity_id}"
             self.counts.conflicts.append(f"{where}: {entity} {field_name} differs from the stored one")
         self.bulk.insert(T["conflicts"], ["load_id", "entity", "entity_id", "field", "kept", "incoming", "row_number"],
-                         [(self.load_id, entity, entity_id, field_name, kept, incoming, row_number)])
+                         [[value] for value in (self.load_id, entity, entity_id, field_name, kept, incoming, row_number)])
+
+
+def _columns(rows: list[tuple], width: int) -> list[Sequence[Any]]:
+    """Rows of `width` values as columns."""
+    return list(zip(*rows)) if rows else [()] * width
 
 
 def _extra_key(extra: dict | None) -> bytes | None:

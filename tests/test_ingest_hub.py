@@ -265,11 +265,11 @@ def test_a_value_too_large_for_its_column_is_refused_not_wrapped(engine):
     with engine.connect() as conn:
         b = bulk.Bulk(conn)
         b.insert(writer.T["turns"], ["episode_id", "idx", "role", "message_id", "extra"],
-                 [(1, 0, "user", None, None), (1, 2**31, "user", None, None)])
+                 [[1, 1], [0, 2**31], ["user", "user"], [None, None], [None, None]])
         with pytest.raises(psycopg.DataError, match=r"turns.idx: 2147483648 is out of range"):
             b.flush()
         b.insert(writer.T["trials"], ["id", "run_id", "trial_name", "status", "n_input_tokens"],
-                 [(1, 1, "t", "complete", 2**64)])
+                 [[1], [1], ["t"], ["complete"], [2**64]])
         with pytest.raises(psycopg.DataError, match="trials: int too big"):
             b.flush()
         b.close()
@@ -277,8 +277,12 @@ def test_a_value_too_large_for_its_column_is_refused_not_wrapped(engine):
 
 def test_bulk_rows_come_back_as_written_whichever_columns_are_null_and_texts_given_as_utf8(engine):
     # The bulk writer sends a column that is NULL in every row of a chunk as a NULL literal, and
-    # takes message texts as their UTF-8 bytes: neither may change what is stored.
+    # takes message texts as their UTF-8 bytes: neither may change what is stored. Rows are
+    # queued as columns, several inserts of a table making one write.
     from ingest import bulk, writer
+
+    def columns(rows):
+        return list(zip(*rows))
 
     rows = [(1, b"a" * 32, "plain".encode(), None, 5), (2, b"b" * 32, "ünï ✓".encode(), None, 5),
             (3, b"c" * 32, "nul \ufffd".encode(), "nul \x00".encode(), 5)]
@@ -289,11 +293,13 @@ def test_bulk_rows_come_back_as_written_whichever_columns_are_null_and_texts_giv
         conn.execute(text("INSERT INTO trials (id, run_id, trial_name, status) VALUES (1, 1, 't', 'complete')"))
         conn.execute(text("INSERT INTO episodes (id, trial_id, trace_source, episode_index, n_turns, n_chars, "
                           "conversation_hash) VALUES (1, 1, 'main', 0, 3, 0, 'h')"))
-        b.insert(writer.T["messages"], ["id", "content_hash", "content", "content_raw", "n_chars"], rows[:2])
-        b.insert(writer.T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], turns[:2])
+        for part in (rows[:1], rows[1:2]):
+            b.insert(writer.T["messages"], ["id", "content_hash", "content", "content_raw", "n_chars"], columns(part))
+        for part in (turns[:1], turns[1:2]):
+            b.insert(writer.T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], columns(part))
         b.flush()
-        b.insert(writer.T["messages"], ["id", "content_hash", "content", "content_raw", "n_chars"], rows[2:])
-        b.insert(writer.T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], turns[2:])
+        b.insert(writer.T["messages"], ["id", "content_hash", "content", "content_raw", "n_chars"], columns(rows[2:]))
+        b.insert(writer.T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], columns(turns[2:]))
         b.flush()
         b.close()
     with engine.connect() as conn:
@@ -554,6 +560,24 @@ def test_every_column_ingest_writes_has_a_binary_copy_type():
     for table in writer.T.values():
         for column in table.columns:
             assert column.type.compile(dialect=dialect) in bulk._PG_BINARY_TYPES, (table.name, column.name)
+
+
+def test_a_prepared_trial_holds_each_field_under_its_name():
+    # A batch's trials are bare tuples (TRIAL_ROW); a field out of place would store one column's
+    # value in another.
+    import dataclasses
+
+    from ingest.prepare import TRIAL_ROW, trial_row
+    from ingest.records import Trial
+
+    trial = Trial(run_key="r", trial_name="n")
+    for f in dataclasses.fields(Trial):
+        if f.name != "episodes":
+            setattr(trial, f.name, f"value of {f.name}")
+    trial.detail = {"k": 1}
+    row = dict(zip(TRIAL_ROW, trial_row(trial, b"instruction hash"), strict=True))
+    assert row.pop("instruction_id") == b"instruction hash"
+    assert row == {name: getattr(trial, name) for name in row}
 
 
 def test_ingest_stores_timestamps_on_sqlite_as_the_orm_type_does():
