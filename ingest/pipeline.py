@@ -110,6 +110,7 @@ def _prepared_batches(shard: Path, run_name: str, run_override: str | None) -> I
     """A shard's rows as prepared batches (run in the reader process)."""
     from ingest import hub
 
+    hub.use_system_allocator()
     pf, _ = hub.open_shard(shard)
     yield from hub.read_batches(pf, shard, run_name, run_override)
 

@@ -533,7 +533,7 @@ def test_lookups_on_sqlite_search_an_index_instead_of_scanning_the_table(tmp_pat
 
 def test_wide_rows_are_read_in_smaller_batches(tmp_path):
     # A batch is about BATCH_BYTES of data: a shard of long conversations (terminal-bench rows
-    # are ~80 KB) would otherwise keep the writer waiting for its first batch of 128 rows.
+    # are ~80 KB) would otherwise keep the writer waiting for its first batch of BATCH_ROWS rows.
     from ingest import hub
 
     narrow = [hub_row(f"t{i}__aaaaaaa", 0, [("user", "short")]) for i in range(300)]
@@ -546,7 +546,7 @@ def test_wide_rows_are_read_in_smaller_batches(tmp_path):
         assert sum(len(b.trials) for b in batches) == len(rows)
         sizes[name] = [len(b.trials) for b in batches]
     assert sizes["narrow"][0] == hub.BATCH_ROWS
-    assert max(sizes["wide"]) <= 10
+    assert max(sizes["wide"]) <= hub.BATCH_BYTES // 100_000 < hub.BATCH_ROWS
 
 
 def test_every_column_ingest_writes_has_a_binary_copy_type():
@@ -625,6 +625,28 @@ def _dies_on_first_shard(shard, run_name, run_override):
     if shard.name.startswith("train-00000"):
         os._exit(9)  # as if the reader process were killed (out of memory)
     yield from _prepared_batches(shard, run_name, run_override)
+
+
+def _allocator_after_reading(shard, *args):
+    # Runs in the reader process: the allocator Arrow used there.
+    import pyarrow as pa
+
+    for _ in _prepared_batches(shard, *args):
+        pass
+    yield pa.default_memory_pool().backend_name
+
+
+def test_the_reader_process_reads_with_the_system_allocator_and_leaves_this_ones_alone(tmp_path):
+    import pyarrow as pa
+
+    from ingest.worker import Reader
+
+    generate_dataset(tmp_path / "ds", "tiny", episodes="last", shards=1, seed=4)
+    shard = next((tmp_path / "ds").rglob("*.parquet"))
+    ours = pa.default_memory_pool().backend_name
+    with Reader() as reader:
+        assert list(reader.run(_allocator_after_reading, shard, "ds", None)) == ["system"]
+    assert pa.default_memory_pool().backend_name == ours
 
 
 def test_a_reader_that_dies_fails_its_shard_in_one_line_and_the_next_loads(engine, tmp_path, monkeypatch):
