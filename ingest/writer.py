@@ -244,12 +244,12 @@ class UnitWriter:
 
     # -- keyed rows ---------------------------------------------------------------------------
 
-    def _insert_new(self, table, key_cols: list[str], key_columns: list[Any], values: Any, other_cols: list[str]
-                    ) -> list[int]:
-        """Insert rows for keys the caller found missing, given as columns of keys (one per key
-        column) and the rows' other values in the same order; their new ids, in that order."""
+    def _insert_new(self, table, key_cols: list[str], key_columns: list[Sequence[Any]],
+                    value_columns: list[Sequence[Any]], other_cols: list[str]) -> list[int]:
+        """Insert rows for keys the caller found missing, given as columns (one per key column,
+        one per other column); their new ids, in the rows' order."""
         ids = self.bulk.allocate_ids(table, len(key_columns[0]))
-        self.bulk.insert(table, ["id", *key_cols, *other_cols], [ids, *key_columns, *zip(*values)])
+        self.bulk.insert(table, ["id", *key_cols, *other_cols], [ids, *key_columns, *value_columns])
         if table.name in self._created:
             self._created[table.name].update(ids)
         return ids
@@ -267,7 +267,7 @@ class UnitWriter:
             missing = list(filterfalse(cache.__contains__, missing))
         new = rows if len(missing) == len(rows) else {k: rows[k] for k in missing}
         if new:
-            cache.update(zip(new, self._insert_new(table, [key_col], [missing], new.values(), other_cols)))
+            cache.update(zip(new, self._insert_new(table, [key_col], [missing], list(zip(*new.values())), other_cols)))
         return new
 
     def _ensure_runs(self, keys: Sequence[str], names: dict[str, str]) -> None:
@@ -309,7 +309,7 @@ class UnitWriter:
                 if key not in self._trial_ids:
                     new.setdefault(key, values)
             if new:
-                ids = self._insert_new(trials_t, ["run_id", "trial_name"], list(zip(*new)), new.values(),
+                ids = self._insert_new(trials_t, ["run_id", "trial_name"], list(zip(*new)), list(zip(*new.values())),
                                        list(TRIAL_COLUMNS))
                 for key, trial_id in zip(new, ids):
                     self._trial_ids[key] = trial_id
@@ -356,48 +356,49 @@ class UnitWriter:
     # -- episodes -----------------------------------------------------------------------------
 
     def _write_episodes(self, batch: Batch, trial_ids: list[int]) -> None:
-        keyed = []
-        for episode in batch.episodes:
-            position, trace_source, episode_index, row_number = episode[:4]
-            if row_number is None:
-                row_number = self._next_row
-            self._next_row = max(self._next_row, row_number) + 1
-            keyed.append(((trial_ids[position], trace_source, episode_index), row_number, episode))
-        if not keyed:
+        if not batch.episodes:
             return
-        self.counts.n_rows += len(keyed)
+        positions, sources, indexes, row_numbers, turn_counts, n_chars, hashes, extras, firsts = zip(*batch.episodes)
+        row_numbers = self._row_numbers(row_numbers)
+        trial_column = list(map(trial_ids.__getitem__, positions))
+        keys = list(zip(trial_column, sources, indexes))
+        self.counts.n_rows += len(keys)
         episodes_t = T["episodes"]
         key_cols = ["trial_id", "trace_source", "episode_index"]
-        unknown = [key for key, *_ in keyed if key not in self._episodes]
+        value_cols = ["n_turns", "n_chars", "conversation_hash", "extra"]
+        unknown = list(filterfalse(self._episodes.__contains__, keys))
         found = self._lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash", "extra"], parent="trials")
         self._episodes.update({k: (ep_id, chash, _extra_key(extra)) for k, (ep_id, chash, extra) in found.items()})
+        message_ids = self._message_ids
+        roles, turn_extras = batch.turns.roles, batch.turns.extras
+        turn_messages = [message_ids[digest] if digest is not None else None for digest in batch.turns.digests]
+        if not found and len(unknown) == len(keys) == len(set(keys)):
+            # Every row is a new episode (a first load): written column by column, and the
+            # batch's turns are theirs, in order.
+            ep_ids = self._insert_new(episodes_t, key_cols, [trial_column, sources, indexes],
+                                      [turn_counts, n_chars, hashes, extras], value_cols)
+            self._episodes.update(zip(keys, zip(ep_ids, hashes, map(_extra_key, extras))))
+            self.touched_trials.update(trial_column)
+            self.counts.n_episodes_new += len(ep_ids)
+            self.counts.n_turns += len(roles)
+            self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], [
+                list(chain.from_iterable(map(repeat, ep_ids, turn_counts))),
+                list(chain.from_iterable(map(range, turn_counts))), roles, turn_messages, turn_extras])
+            self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], [
+                [self.load_id] * len(keys), row_numbers, ep_ids, [None] * len(keys)])
+            return
         new: dict[tuple, tuple] = {}
-        for key, _, (*_, n_turns, n_chars, chash, extra, _) in keyed:
+        for key, *values in zip(keys, turn_counts, n_chars, hashes, extras):
             if key not in self._episodes and key not in new:
-                new[key] = (n_turns, n_chars, chash, extra)
+                new[key] = values
         inserted: set[tuple] = set()
         if new:
             key_columns = list(zip(*new))
-            ep_ids = self._insert_new(episodes_t, key_cols, key_columns, new.values(),
-                                      ["n_turns", "n_chars", "conversation_hash", "extra"])
+            ep_ids = self._insert_new(episodes_t, key_cols, key_columns, list(zip(*new.values())), value_cols)
             for key, ep_id in zip(new, ep_ids):
                 self._episodes[key] = (ep_id, new[key][2], _extra_key(new[key][3]))
             inserted = set(new)
             self.touched_trials.update(key_columns[0])
-        message_ids = self._message_ids
-        roles, extras = batch.turns.roles, batch.turns.extras
-        turn_messages = [message_ids[digest] if digest is not None else None for digest in batch.turns.digests]
-        if len(inserted) == len(keyed):
-            # Every row is a new episode (a first load): the batch's turns are theirs, in order.
-            n_turns = [episode[4] for episode in batch.episodes]
-            self.counts.n_episodes_new += len(ep_ids)
-            self.counts.n_turns += len(roles)
-            self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], [
-                list(chain.from_iterable(map(repeat, ep_ids, n_turns))), list(chain.from_iterable(map(range, n_turns))),
-                roles, turn_messages, extras])
-            self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], [
-                [self.load_id] * len(keyed), [row_number for _, row_number, _ in keyed], ep_ids, [None] * len(keyed)])
-            return
         turn_rows: list[tuple] = []
         provenance = []
 
@@ -405,9 +406,10 @@ class UnitWriter:
             """(episode_id, idx, role, message_id, extra) of an episode's turns in the batch."""
             end = first + n_turns
             return zip(repeat(ep_id, n_turns), range(n_turns), roles[first:end], turn_messages[first:end],
-                       extras[first:end])
+                       turn_extras[first:end])
 
-        for key, row_number, (*_, n_turns, _, chash, extra, first) in keyed:
+        for key, row_number, n_turns, chash, extra, first in zip(keys, row_numbers, turn_counts, hashes, extras,
+                                                                 firsts):
             ep_id, kept_hash, kept_extra = self._episodes[key]  # kept_extra: its _extra_key
             if key in inserted:
                 inserted.discard(key)  # a second copy of the key in this unit is a duplicate
@@ -430,6 +432,20 @@ class UnitWriter:
             provenance.append((self.load_id, row_number, ep_id, own_extra))
         self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], _columns(turn_rows, 5))
         self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], _columns(provenance, 4))
+
+    def _row_numbers(self, given: Sequence[int | None]) -> Sequence[int]:
+        """Each row's place in its unit: its own (a shard's row number), or else the next one
+        (a trace directory's episodes, numbered in reading order)."""
+        if None not in given:
+            self._next_row = max(self._next_row, max(given) + 1)
+            return given
+        numbers = []
+        for number in given:
+            if number is None:
+                number = self._next_row
+            self._next_row = max(self._next_row, number) + 1
+            numbers.append(number)
+        return numbers
 
     def _conflict(self, entity: str, entity_id: int, field_name: str | None, kept: dict, incoming: dict,
                   row_number: int | None) -> None:
