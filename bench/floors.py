@@ -150,7 +150,7 @@ def sqlite_writer_bound(rows: NormalizedRows, engine) -> float:
         for batch in reader.run(_bound_batches, n_batches):
             for name, cols, data in batch:
                 cur.executemany(_insert_sql(name, cols), data)
-        summaries.refresh(conn, 1, [trial[0] for trial in rows.trials])
+        summaries.refresh(conn, 1, [trial[0] for trial in rows.trials], [run[0] for run in rows.runs])
         conn.execute(text("UPDATE loads SET status = 'loaded', n_rows = :n WHERE id = 1"), {"n": len(rows.episodes)})
     engine.dispose()
     return time.perf_counter() - started

@@ -115,7 +115,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             writer.flush()  # the summaries are computed from the rows written
         finally:
             writer.bulk.close()
-        summaries.refresh(conn, writer.load_id, writer.touched_trials)
+        summaries.refresh(conn, writer.load_id, writer.touched_trials, writer.linked_runs)
         c = writer.counts
         c.n_trials = len(writer._linked)
         conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
@@ -143,6 +143,7 @@ class UnitWriter:
         self._trial_values: dict[int, tuple] = {}  # TRIAL_COLUMNS of each cached trial
         self._episodes: dict[tuple[int, str, int], tuple[int, str, bytes | None]] = {}  # id, hash, _extra_key
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
+        self.linked_runs: set[int] = set()  # and their runs
         self.touched_trials: set[int] = set()  # inserted, filled in or given episodes: to summarize
         self._next_row = 0
         self._queued_bytes = 0  # text in rows queued but not yet written
@@ -318,6 +319,7 @@ class UnitWriter:
             link = [self._trial_ids[k] for k in unknown if self._trial_ids[k] not in self._linked]
             self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"], [link, [self.load_id] * len(link)])
             self._linked.update(link)
+            self.linked_runs.update(run_id for run_id, _ in unknown)
         ids = []
         for key, values in zip(keys, incoming):
             trial_id = self._trial_ids[key]
@@ -371,7 +373,10 @@ class UnitWriter:
         self._episodes.update({k: (ep_id, chash, _extra_key(extra)) for k, (ep_id, chash, extra) in found.items()})
         message_ids = self._message_ids
         roles, turn_extras = batch.turns.roles, batch.turns.extras
-        turn_messages = [message_ids[digest] if digest is not None else None for digest in batch.turns.digests]
+        try:
+            turn_messages = list(map(message_ids.__getitem__, batch.turns.digests))
+        except KeyError:  # a turn without content (None) is no key: one at a time, then
+            turn_messages = [message_ids[digest] if digest is not None else None for digest in batch.turns.digests]
         if not found and len(unknown) == len(keys) == len(set(keys)):
             # Every row is a new episode (a first load): written column by column, and the
             # batch's turns are theirs, in order.

@@ -282,7 +282,8 @@ def test_a_refresh_reads_only_the_rows_under_its_keys(engine):
 
     with engine.begin() as conn:
         load_id, trial_id = conn.execute(text("SELECT max(load_id), max(trial_id) FROM trial_loads")).one()
-        summaries.refresh(Explaining(conn), load_id, {trial_id})
+        run_id = conn.execute(text("SELECT run_id FROM trials WHERE id = :t"), {"t": trial_id}).scalar()
+        summaries.refresh(Explaining(conn), load_id, {trial_id}, {run_id})
     assert len(plans) > 20
     staged = {"t", "k", "touched", "x"}  # staged rows, and the derived table of rows under keys
     scans = [(s, p) for s, p in plans if p.startswith("SCAN ") and (p.split()[1] not in staged or "USING" in p)]

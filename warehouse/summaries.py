@@ -121,19 +121,19 @@ _OUTCOMES = (
 # every trial it mentions, changed or not.
 _RUN_SOURCES = """
 INSERT INTO run_sources (run_id, source_id)
-SELECT DISTINCT tr.run_id, l.source_id
-FROM trial_loads tl
-JOIN trials tr ON tr.id = tl.trial_id
-JOIN loads l ON l.id = tl.load_id
-WHERE tl.load_id = :load_id
-  AND NOT EXISTS (SELECT 1 FROM run_sources rs WHERE rs.run_id = tr.run_id AND rs.source_id = l.source_id)
+SELECT :run_id, l.source_id
+FROM loads l
+WHERE l.id = :load_id
+  AND NOT EXISTS (SELECT 1 FROM run_sources rs WHERE rs.run_id = :run_id AND rs.source_id = l.source_id)
 """
 
 
-def refresh(conn: Connection, load_id: int, trial_ids: Collection[int]) -> None:
+def refresh(conn: Connection, load_id: int, trial_ids: Collection[int], run_ids: Collection[int]) -> None:
     """Bring the summaries up to date with what the unit `load_id` wrote, inside its
-    transaction. `trial_ids`: the trials it inserted, filled in or gave new episodes."""
-    conn.execute(text(_RUN_SOURCES), {"load_id": load_id})
+    transaction. `trial_ids`: the trials it inserted, filled in or gave new episodes;
+    `run_ids`: the runs of every trial it mentions (those it gave a trial_loads row)."""
+    if run_ids:
+        conn.execute(text(_RUN_SOURCES), [{"load_id": load_id, "run_id": run_id} for run_id in sorted(run_ids)])
     if not trial_ids:
         return
     for statement in _STAGE:
