@@ -312,16 +312,25 @@ def test_bulk_rows_come_back_as_written_whichever_columns_are_null_and_texts_giv
             assert conn.execute(text("SELECT DISTINCT typeof(content) FROM messages")).scalars().all() == ["text"]
 
 
-def test_the_garbage_collector_is_paused_while_a_unit_is_written_and_runs_again_after(engine):
+def test_the_garbage_collector_is_paused_while_a_unit_is_written_and_runs_again_after(engine, monkeypatch):
+    # ...and the unit's caches are freed before it runs again, which would otherwise scan them.
     import gc
 
     from ingest import writer
+    from ingest.records import Episode, Trial, Turn
 
+    dropped = []
+    real_drop = writer.UnitWriter.drop_caches
+    monkeypatch.setattr(writer.UnitWriter, "drop_caches", lambda self: (dropped.append(gc.isenabled()), real_drop(self)))
     source = writer.ensure_source(engine, "parquet", "mem://gc", "gc")
     assert gc.isenabled()
-    with writer.unit(engine, source, "a", "hash-a"):
+    with writer.unit(engine, source, "a", "hash-a") as w:
         assert not gc.isenabled()
+        w.add_trials([Trial("run", "t1", episodes=[Episode(0, [Turn("user", "hi")])])])
     assert gc.isenabled()
+    assert dropped == [False]
+    assert (w.counts.n_trials, w.counts.n_turns) == (1, 1)
+    assert not (w._message_ids or w._trial_ids or w._trial_values or w._episodes)
     with pytest.raises(RuntimeError, match="boom"):
         with writer.unit(engine, source, "b", "hash-b"):
             raise RuntimeError("boom")
