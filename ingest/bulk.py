@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import functools
 import weakref
-from itertools import chain
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
+from itertools import chain
 from typing import Any, Callable
 
 from sqlalchemy import Connection, LargeBinary, Table

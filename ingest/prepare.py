@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from ingest.records import Episode, Rejected, Trial
 from warehouse.texts import RAW_TEXT, is_safe, safe_columns, split_text, to_bytes

@@ -14,10 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
-from itertools import chain, filterfalse, repeat
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from itertools import chain, filterfalse, repeat
 from typing import Any
 
 from sqlalchemy import Connection, Engine, select, update
@@ -472,8 +472,9 @@ class UnitWriter:
         if len(self.counts.conflicts) < 20:
             where = f"row {row_number}" if row_number is not None else f"{entity} {entity_id}"
             self.counts.conflicts.append(f"{where}: {entity} {field_name} differs from the stored one")
+        row = (self.load_id, entity, entity_id, field_name, kept, incoming, row_number)
         self.bulk.insert(T["conflicts"], ["load_id", "entity", "entity_id", "field", "kept", "incoming", "row_number"],
-                         [[value] for value in (self.load_id, entity, entity_id, field_name, kept, incoming, row_number)])
+                         [[value] for value in row])
 
 
 def _columns(rows: list[tuple], width: int) -> list[Sequence[Any]]:
