@@ -308,7 +308,7 @@ class Bulk:
             self._ids_conn.close()
             self._ids_conn = None
 
-    def _write(self, table: Table, cols: Sequence[str], columns: list[tuple]) -> None:
+    def _write(self, table: Table, cols: Sequence[str], columns: list[Sequence[Any]]) -> None:
         """Insert rows given as encoded columns (see _encode)."""
         if self.is_sqlite:
             cur = self.raw.cursor()
@@ -361,7 +361,7 @@ def _pg_binary_type(table: Table, col: str, dialect) -> str:
     return _PG_BINARY_TYPES[table.c[col].type.compile(dialect=dialect)]
 
 
-def _check_int4(table: Table, cols: Sequence[str], types: list[str], columns: list[tuple]) -> None:
+def _check_int4(table: Table, cols: Sequence[str], types: list[str], columns: list[Sequence[Any]]) -> None:
     """Refuse a value a 32-bit column cannot hold. Text COPY had the server refuse it; binary
     COPY would store it wrapped around, silently."""
     import psycopg
