@@ -90,8 +90,9 @@ def database_error_message(where: object, exc: BaseException) -> str:
 def one_unit(summary: Summary, warn: Callable[[str], None], where: object,
              describe: Callable[[Exception], str | None]) -> Iterator[None]:
     """Around the loading of one unit: a unit another ingest committed first counts as skipped;
-    an error `describe` turns into a message (bad input) or a database error fails this unit
-    alone, in one line, and the ingest goes on; anything else is a bug and propagates."""
+    an error `describe` turns into a message (bad input), a database error, or input nested past
+    what a recursive walk can follow (the readers refuse such JSON first; this is the belt) fails
+    this unit alone, in one line, and the ingest goes on; anything else is a bug and propagates."""
     try:
         yield
     except writer.AlreadyLoaded:
@@ -100,6 +101,8 @@ def one_unit(summary: Summary, warn: Callable[[str], None], where: object,
         message = describe(exc)
         if message is None and is_database_error(exc):
             message = database_error_message(where, exc)
+        if message is None and isinstance(exc, RecursionError):
+            message = f"{where}: nested too deeply to read ({first_line(exc)})"
         if message is None:
             raise
         fail(summary, message, warn)

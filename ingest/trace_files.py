@@ -5,7 +5,6 @@ their token ids and chat logs."""
 
 from __future__ import annotations
 
-import copy
 import errno
 import json
 import os
@@ -58,6 +57,84 @@ def _non_finite(name: str) -> str:
     return name
 
 
+# JSON nested deeper than this is refused, in every file a unit reads, naming the file and field.
+# Everything a stored value goes through (the JSON codecs of Python and of both databases, the
+# walks of warehouse.texts) is recursive: a fixed bound keeps each of them far from Python's
+# recursion limit (1000 frames), at any call depth, in every process that reads the value back.
+# Real Harbor files nest a few dozen levels at most.
+MAX_JSON_DEPTH = 500
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether containers nest more than MAX_JSON_DEPTH deep: a walk one level at a time, so
+    its own depth is nothing."""
+    level = [value]
+    for _ in range(MAX_JSON_DEPTH):
+        inner: list[Any] = []
+        for item in level:
+            children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+            inner += [c for c in children if isinstance(c, (dict, list))]
+        if not inner:
+            return False
+        level = inner
+    return True
+
+
+_DEPTH_TOKEN_RE = re.compile(r'[\[\]{}",]')
+_JSON_STRING_RE = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_COLON_RE = re.compile(r"[ \t\r\n]*:")
+
+
+def _deep_field(text: str) -> str:
+    """The path of the first value nested more than MAX_JSON_DEPTH deep in a JSON text, its
+    first few steps ("steps[2].metrics[0]…"), found by a scan of the text: it reports a refusal,
+    so its speed does not matter, and it must not recurse."""
+    stack: list[list[Any]] = []  # [opening character, current key or item index]
+    pos = 0
+    while (m := _DEPTH_TOKEN_RE.search(text, pos)) is not None:
+        c = m.group()
+        pos = m.end()
+        if c == '"':
+            end = _JSON_STRING_RE.match(text, m.start())
+            pos = end.end() if end else len(text)
+            if stack and stack[-1][0] == "{" and _COLON_RE.match(text, pos):
+                try:
+                    stack[-1][1] = json.loads(text[m.start():pos])
+                except ValueError:
+                    stack[-1][1] = "?"
+        elif c in "[{":
+            stack.append([c, 0 if c == "[" else None])
+            if len(stack) > MAX_JSON_DEPTH:
+                break
+        elif c in "]}":
+            if stack:
+                stack.pop()
+        elif c == "," and stack and stack[-1][0] == "[":
+            stack[-1][1] += 1
+    label = ""
+    for opening, key in stack[:3]:  # each container's key or index: where the field starts
+        label += f"[{key}]" if opening == "[" else ("." if label else "") + str(key)
+    return label + "…"
+
+
+def _depth_error(path: Path, text: str) -> TraceError:
+    return TraceError(path, f"field '{_deep_field(text)}': JSON nested more than {MAX_JSON_DEPTH} levels deep")
+
+
+def _parse_json(path: Path, text: str, note: str = "") -> Any:
+    """A JSON text as a value (strictly), or TraceError naming the file: malformed, or nested
+    too deeply (json.loads itself gives up near Python's recursion limit)."""
+    try:
+        value = json.loads(text, parse_constant=_non_finite)
+    except json.JSONDecodeError as exc:
+        raise _json_error(path, exc, note) from None
+    except RecursionError:
+        raise _depth_error(path, text) from None
+    if _too_deep(value):
+        raise _depth_error(path, text)
+    return value
+
+
 def top_level_error(value: Any) -> str:
     return f"top level: expected a JSON object, got {type(value).__name__}"
 
@@ -108,14 +185,7 @@ def is_present(path: Path) -> bool:
 
 def load_json(path: Path) -> Any:
     """Parse a JSON file strictly (UTF-8, no sanitising: "\\ud800" stays a lone surrogate)."""
-    data = _read_bytes(path)
-    text = _decode_utf8(path, data)
-    try:
-        return json.loads(text, parse_constant=_non_finite)
-    except json.JSONDecodeError as exc:
-        raise _json_error(path, exc) from None
-    except RecursionError:
-        raise TraceError(path, "JSON nested too deeply") from None
+    return _parse_json(path, _decode_utf8(path, _read_bytes(path)))
 
 
 def read_text(path: Path) -> str:
@@ -142,7 +212,7 @@ class _LRU:
 
 
 _SMALL_CACHE = _LRU(8)  # job-level result.json, read once per trial by the §4.5 lookup
-RESULT_CACHE = _LRU(4)  # filtered trial result.json (run_key_for, then read_trial)
+RESULT_CACHE = _LRU(4)  # filtered trial result.json text (run_key_for, then read_trial)
 
 
 def _stat_key(path: Path) -> tuple[str, int, int] | None:
@@ -360,27 +430,21 @@ def load_result_json(path: Path) -> tuple[Any, dict[str, dict[str, int]]]:
     """
     path = Path(path)
     key = _stat_key(path)
-    if key is not None:
-        hit = RESULT_CACHE.get(key)
-        if hit is not None:
-            return copy.deepcopy(hit[0]), copy.deepcopy(hit[1])
-    try:
-        with open(path, "rb") as fh:
-            filt = _LargeFieldFilter(fh, path)
-            data = filt.run()
-    except OSError as exc:
-        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
-    text = _decode_utf8(path, data)
-    try:
-        value = json.loads(text, parse_constant=_non_finite)
-    except json.JSONDecodeError as exc:
-        note = " (counted with the large fields removed)" if filt.dropped else ""
-        raise _json_error(path, exc, note) from None
-    except RecursionError:
-        raise TraceError(path, "JSON nested too deeply") from None
-    if key is not None:
-        RESULT_CACHE.put(key, (value, filt.dropped))
-        return copy.deepcopy(value), copy.deepcopy(filt.dropped)
-    return value, filt.dropped
-
-
+    hit = RESULT_CACHE.get(key) if key is not None else None
+    if hit is not None:
+        text, dropped = hit
+    else:
+        try:
+            with open(path, "rb") as fh:
+                filt = _LargeFieldFilter(fh, path)
+                data = filt.run()
+        except OSError as exc:
+            raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+        text, dropped = _decode_utf8(path, data), filt.dropped
+    note = " (counted with the large fields removed)" if dropped else ""
+    value = _parse_json(path, text, note)
+    if key is not None and hit is None:
+        # The filtered text is kept, not the value: each caller gets a value of its own to
+        # change, parsed again (faster than a deep copy, and not recursive).
+        RESULT_CACHE.put(key, (text, dropped))
+    return value, {label: dict(size) for label, size in dropped.items()}

@@ -640,7 +640,7 @@ def _redact(value: Any) -> Any:
                 out[key] = _redact(item)
         return out
     if isinstance(value, list):
-        return [_redact(v) for v in value]
+        return list(map(_redact, value))  # one frame per level (see warehouse.texts)
     return value
 
 

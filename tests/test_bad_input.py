@@ -335,6 +335,47 @@ def _deeply_nested(path: Path) -> None:
     path.write_text('{"steps": ' + "[" * 100_000 + "]" * 100_000 + "}")
 
 
+def _nested(depth: int) -> list:
+    """Lists nested `depth` deep ([[...[]...]]), made without recursion."""
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def _nested_text(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def _deep_field(key: str, depth: int, step: int | None = None) -> Callable[[Path], None]:
+    """The file with `key` set to lists nested so that the file's JSON is `depth` deep: in the
+    top-level object, or in the trajectory's step `step`. (json.dumps cannot write such a
+    value, so it goes in as text.)"""
+    def how(path: Path) -> None:
+        data = json.loads(path.read_text())
+        (data["steps"][step] if step is not None else data)[key] = "DEEP"
+        inner = depth - (1 if step is None else 3)  # the object, and steps[] and a step around it
+        path.write_text(json.dumps(data).replace('"DEEP"', _nested_text(inner)))
+    return how
+
+
+def _check_deep_metrics(depth: int) -> Callable:
+    def check(engine, src: Path, case_id: str) -> None:
+        with engine.connect() as conn:
+            extras = [json.loads(x) if isinstance(x, str) else x for (x,) in conn.execute(text("""
+                SELECT tu.extra FROM turns tu JOIN episodes e ON e.id = tu.episode_id
+                JOIN trials t ON t.id = e.trial_id WHERE t.trial_name = :t"""), {"t": f"bad__{case_id}"})]
+        deep = [x["metrics"] for x in extras if x and isinstance(x.get("metrics"), list)]  # step 3's
+        assert deep and all(m == _nested(depth - 3) for m in deep)
+    return check
+
+
+def _check_deep_config(depth: int) -> Callable:
+    def check(engine, src: Path, case_id: str) -> None:
+        assert _trial(engine, f"bad__{case_id}")["detail"]["config"]["deep"] == _nested(depth - 1)
+    return check
+
+
 def _tree(case_id: str) -> Callable[[Path], None]:
     """Not a trial: a tree laid into the job folder beside the sibling."""
     def build(trial: Path) -> None:
@@ -429,7 +470,17 @@ TRACE_CASES = [
          _mutate("agent/trajectory.json", _bytes_into(b"careful terminal", b"careful \xc3\x28terminal")),
          ("not valid UTF-8", "0xc3"), file="agent/trajectory.json"),
     Case("trajectory-deeply-nested", "traces", "unit", _mutate("agent/trajectory.json", _deeply_nested),
-         ("nested too deeply",), file="agent/trajectory.json"),
+         ("field 'steps[0][0]…'", "JSON nested more than 500 levels deep"), file="agent/trajectory.json"),
+    # JSON from 500 levels deep up to where json.loads gives up (near 990 here) used to end the
+    # whole ingest in a RecursionError; past it, json.loads's own error. 500 is the limit.
+    *(Case(f"result-nested-{d}", "traces", "unit", _mutate("result.json", _deep_field("deep", d)),
+           ("field 'deep[0][0]…'", "JSON nested more than 500 levels deep"), file="result.json")
+      for d in (501, 990, 3000)),
+    *(Case(f"trajectory-nested-{d}", "traces", "unit", _mutate("agent/trajectory.json", _deep_field("metrics", d, 2)),
+           ("field 'steps[2].metrics…'", "JSON nested more than 500 levels deep"), file="agent/trajectory.json")
+      for d in (501, 990, 3000)),
+    Case("config-nested-990", "traces", "unit", _mutate("config.json", _deep_field("deep", 990)),
+         ("field 'deep[0][0]…'", "JSON nested more than 500 levels deep"), file="config.json"),
     Case("trajectory-directory", "traces", "unit", _mutate("agent/trajectory.json", _replace_with_dir),
          ("a directory",), file="agent/trajectory.json"),
     Case("trajectory-dangling-link", "traces", "unit", _mutate("agent/trajectory.json", _replace_with_dangling_link),
@@ -448,6 +499,11 @@ TRACE_CASES = [
          _mutate("verifier/test-stdout.txt", lambda p: p.write_bytes(b"1 passed \xff\xfe in 0.01s\n")),
          check=_check_verifier_replaced),
     Case("result-wrong-types", "traces", "valid", _overlay("result-wrong-types"), check=_check_wrong_types),
+    Case("result-nested-450", "traces", "valid", _mutate("result.json", _deep_field("deep", 450)), check=_check_loaded),
+    *(Case(f"trajectory-nested-{d}", "traces", "valid", _mutate("agent/trajectory.json", _deep_field("metrics", d, 2)),
+           check=_check_deep_metrics(d)) for d in (450, 500)),
+    Case("config-nested-500", "traces", "valid", _mutate("config.json", _deep_field("deep", 500)),
+         check=_check_deep_config(500)),
 ]
 
 CASES = PARQUET_CASES + TRACE_CASES

@@ -73,13 +73,17 @@ def exact_column(detail: dict | None, name: str, stored: str | None) -> str | No
     return ((detail or {}).get(RAW_TEXT) or {}).get(name, stored)
 
 
+# The walks below take one Python frame per level of nesting (map and zip call back from C, where
+# a comprehension would add a frame of its own): trace files nest up to
+# ingest.trace_files.MAX_JSON_DEPTH levels, which must stay well inside the recursion limit.
+
 def json_to_db(value: Any) -> Any:
     if isinstance(value, str):
         return value if is_safe(value) else {_WRAP_KEY: base64.b64encode(to_bytes(value)).decode()}
     if isinstance(value, dict):
-        return {json_to_db_key(k): json_to_db(v) for k, v in value.items()}
+        return dict(zip(map(json_to_db_key, value), map(json_to_db, value.values())))
     if isinstance(value, (list, tuple)):
-        return [json_to_db(v) for v in value]
+        return list(map(json_to_db, value))
     return value
 
 
@@ -92,7 +96,7 @@ def json_from_db(value: Any) -> Any:
     if isinstance(value, dict):
         if len(value) == 1 and _WRAP_KEY in value:
             return from_bytes(base64.b64decode(value[_WRAP_KEY]))
-        return {k: json_from_db(v) for k, v in value.items()}
+        return dict(zip(value, map(json_from_db, value.values())))
     if isinstance(value, list):
-        return [json_from_db(v) for v in value]
+        return list(map(json_from_db, value))
     return value
