@@ -10,13 +10,23 @@ from ingest.report import Progress, Summary, fail, one_unit, relative_unit
 from ingest.sources import Source
 
 
+# What a folder that is neither a Parquet dataset nor a trace directory was searched for.
+NOTHING_TO_LOAD = ("nothing to load: no Parquet files (*.parquet, or a Hub snapshot's data/*.parquet) and no "
+                   "Harbor trial directories (a result.json, config.json, agent/ or steps/) under it")
+
+
 def ingest_traces(engine, source: Source, run: str | None, summary: Summary, progress: Progress, warn) -> None:
-    source_id = writer.ensure_source(engine, source.kind, source.uri, source.name)
     units = list(traces.discover(source.root))
+    if not units:  # a mistyped folder is an error, and leaves no trace in the warehouse
+        fail(summary, f"{source.root}: {NOTHING_TO_LOAD}", warn)
+        return
     trials = [u for u in units if u.kind == "trial"]
     for unit in units:
         if unit.kind != "trial":
             fail(summary, f"{unit.path}: {unit.reason}", warn)
+    if not trials:
+        return
+    source_id = writer.ensure_source(engine, source.kind, source.uri, source.name)
     progress.start(source.name, len(trials))
     jobs_seen: set[Path] = set()
     try:

@@ -653,6 +653,59 @@ def test_bad_input(case: Case, backend, db_url, engine, tmp_path):
         assert _n_episodes(engine) == SIBLING_EPISODES["parquet"] + 2
 
 
+# --- a bad unit spoils only itself; nothing loadable is an error ------------------------------
+
+def _job_of_trials(root: Path, names: list[str]) -> Path:
+    for name in names:
+        shutil.copytree(CORPUS / "base-trial", root / name)
+    return root
+
+
+def test_deep_trial_spoils_only_its_unit(db_url, engine, tmp_path):
+    """A trial whose trajectory is 990 deep (which used to end the ingest in a RecursionError,
+    skipping every later unit and source) between good trials, and a second source after it:
+    one line for the deep trial, everything else loaded."""
+    first = _job_of_trials(tmp_path / "first", ["ok__a", "deep__m", "ok__z"])
+    _deep_field("metrics", 990, 2)(first / "deep__m" / "agent" / "trajectory.json")
+    second = _job_of_trials(tmp_path / "second", ["ok__later"])
+    done = _ingest(db_url, first, str(second))
+    errors = [line for line in _stderr_lines(done) if line.startswith("Error: ")]
+    assert done.returncode == 1
+    assert errors == [f"Error: {first}/deep__m/agent/trajectory.json: field 'steps[2].metrics…': "
+                      "JSON nested more than 500 levels deep"], done.stderr
+    assert units(done.stderr) == (3, 0, 1)
+    with engine.connect() as conn:
+        assert sorted(n for (n,) in conn.execute(text("SELECT trial_name FROM trials"))) == [
+            "ok__a", "ok__later", "ok__z"]
+
+
+NOT_LOADABLE = {
+    "empty folder": {},
+    "random files": {"a.bin": bytes(range(256)) * 4, "notes/b.txt": b"hello\n", "c.parquet.txt": b"PAR1"},
+    "JSON that is not Harbor": {"data.json": b'{"a": 1}', "run/x.json": b"[1, 2]", "t1/result.json": b'{"a": 1}'},
+    "a Hub card without shards": {"README.md": b"---\nlicense: mit\n---\n# a dataset\n", "data/train.csv": b"a\n1\n"},
+}
+
+
+@pytest.mark.parametrize("files", NOT_LOADABLE.values(), ids=NOT_LOADABLE)
+def test_nothing_loadable_is_an_error(files, db_url, engine, tmp_path):
+    """A folder with no unit in it names itself and what was looked for, exits 1 and records
+    no source."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    done = _ingest(db_url, folder)
+    assert done.returncode == 1
+    assert [line for line in _stderr_lines(done) if line.startswith("Error: ")] == [
+        f"Error: {folder}: nothing to load: no Parquet files (*.parquet, or a Hub snapshot's data/*.parquet) and "
+        "no Harbor trial directories (a result.json, config.json, agent/ or steps/) under it"], done.stderr
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM sources")).scalar() == 0
+        assert conn.execute(text("SELECT count(*) FROM loads")).scalar() == 0
+
+
 # --- ad-hoc SQL cannot write ------------------------------------------------------------------
 
 WRITES = [
