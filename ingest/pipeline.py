@@ -75,7 +75,8 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
         except OSError as exc:  # unreadable, or gone since the folder was listed
             fail(summary, f"{shard}: cannot read: {exc.strerror or exc}", warn)
             continue
-        if writer.is_loaded(engine, source_id, content_hash):  # (its started batches are dropped)
+        unit_name = relative_unit(shard, source.root)
+        if writer.is_loaded(engine, source_id, unit_name, content_hash):  # (its started batches are dropped)
             summary.units_skipped += 1
             continue
         hub = _import_pyarrow()
@@ -84,8 +85,7 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
             try:
                 pf, info = hub.open_shard(shard)
                 progress.start(shard.name, info.n_rows)
-                with writer.unit(engine, source_id, relative_unit(shard, source.root), content_hash,
-                                 hub.schema_json(info.schema)) as unit:
+                with writer.unit(engine, source_id, unit_name, content_hash, hub.schema_json(info.schema)) as unit:
                     for batch in batches or reader.run(_prepared_batches, shard, source.name, run):
                         if batch.rejected and not keep_going:
                             first = batch.rejected[0]

@@ -41,7 +41,8 @@ def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit
                   warn, jobs_seen: set[Path]) -> None:
     with one_unit(summary, warn, unit.path, lambda exc: _trial_error(unit, exc)):
         content_hash = traces.hash_trial_dir(unit.path)
-        if writer.is_loaded(engine, source_id, content_hash):
+        unit_name = relative_unit(unit.path, source.root)
+        if writer.is_loaded(engine, source_id, unit_name, content_hash):
             summary.units_skipped += 1
             return
         run_key = traces.run_key_for(unit, run)
@@ -49,7 +50,7 @@ def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit
         job = None
         if unit.job_dir is not None and unit.job_dir not in jobs_seen:
             job = traces.read_job(unit.job_dir, run)
-        with writer.unit(engine, source_id, relative_unit(unit.path, source.root), content_hash) as w:
+        with writer.unit(engine, source_id, unit_name, content_hash) as w:
             if job is not None:
                 w.add_runs([job])
             # A job's run is named for its directory; any other run's key is its name already.

@@ -83,11 +83,14 @@ def has_loads(engine: Engine, source_id: int) -> bool:
         return conn.execute(select(loads.c.id).where(loads.c.source_id == source_id).limit(1)).first() is not None
 
 
-def is_loaded(engine: Engine, source_id: int, content_hash: str) -> bool:
+def is_loaded(engine: Engine, source_id: int, unit_name: str, content_hash: str) -> bool:
+    """Whether the ledger has this unit: its name in the source, with this content. (A copy
+    under another name is a unit of its own: its rows are duplicates, and their provenance.)"""
     with engine.connect() as conn:
         loads = T["loads"]
         return conn.execute(select(loads.c.id).where(
-            loads.c.source_id == source_id, loads.c.content_hash == content_hash)).first() is not None
+            loads.c.source_id == source_id, loads.c.unit == unit_name,
+            loads.c.content_hash == content_hash)).first() is not None
 
 
 class AlreadyLoaded(Exception):
@@ -106,7 +109,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             started_at=started, finished_at=started, tool_version=__version__, arrow_schema=arrow_schema,
             n_rows=0, n_trials=0, n_episodes_new=0, n_episodes_duplicate=0, n_conflicts=0,
             n_rejected=0, n_turns=0, n_bytes=0,
-        ), ["source_id", "content_hash"])
+        ), ["source_id", "unit", "content_hash"])
         if load_id is None:
             raise AlreadyLoaded(unit_name)
         writer = UnitWriter(conn, load_id)

@@ -2,7 +2,7 @@
 keys, sorted, so two databases can be compared for "same contents" whatever order their rows
 were written in and whatever ids they got.
 
-Natural keys: a source is (kind, uri); a load is (its source, content_hash); a run is run_key;
+Natural keys: a source is (kind, uri); a load is (its source, unit, content_hash); a run is run_key;
 a task is its name; a trial is (run_key, trial_name); an episode is (trial, trace_source,
 episode_index); a message is its content hash. Left out: ids, created_at of every table, and
 the started_at / finished_at of `loads` (when the unit happened to be written). The summary
@@ -80,7 +80,7 @@ def dump(engine: Engine, *, order_independent: bool = False) -> dict[str, list[s
         run_sources = _rows(conn, models.RunSource)
 
     source_key = {s["id"]: [s["kind"], s["uri"]] for s in sources}
-    load_key = {ld["id"]: [source_key[ld["source_id"]], ld["content_hash"]] for ld in loads}
+    load_key = {ld["id"]: [source_key[ld["source_id"]], ld["unit"], ld["content_hash"]] for ld in loads}
     run_key = {r["id"]: r["run_key"] for r in runs}
     task_key = {t["id"]: t["name"] for t in tasks}
     message_key = {m["id"]: bytes(m["content_hash"]).hex() for m in messages}

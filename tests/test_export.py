@@ -273,6 +273,29 @@ def test_a_repeated_episode_keeps_each_rows_own_extra_columns(engine, tmp_path):
     assert own == 1
 
 
+def test_byte_identical_shards_each_come_back(engine, tmp_path):
+    """Two shards of one dataset with the same bytes are two inputs: each has its own ledger
+    row and provenance (its rows are duplicates of the first's episodes, not new episodes), a
+    re-ingest skips both, and `export hub --source` writes both, under their own names."""
+    rows = [hub_row(f"t{i}__abcdefg", 0, [("user", f"q{i}"), ("assistant", f"a{i}")]) for i in range(3)]
+    first = write_shard(tmp_path / "ds" / "data" / "train-00000-of-00002.parquet", rows)
+    (tmp_path / "ds" / "data" / "train-00001-of-00002.parquet").write_bytes(first.read_bytes())
+    summary = ingest(engine, [str(tmp_path / "ds")])
+    assert (summary.units_loaded, summary.episodes_new, summary.episodes_duplicate, summary.errors) == (2, 3, 3, [])
+    c = counts(engine)
+    assert (c["loads"], c["episodes"], c["episode_loads"], c["conflicts"]) == (2, 3, 6, 0)
+    with engine.connect() as conn:
+        ledger = conn.execute(text("SELECT unit, n_rows, n_episodes_new, n_episodes_duplicate FROM loads "
+                                   "ORDER BY id")).all()
+    assert [tuple(r) for r in ledger] == [("data/train-00000-of-00002.parquet", 3, 3, 0),
+                                          ("data/train-00001-of-00002.parquet", 3, 0, 3)]
+    again = ingest(engine, [str(tmp_path / "ds")])
+    assert (again.units_loaded, again.units_skipped) == (0, 2)
+    info = export_hub(engine, tmp_path / "out", sources=[str(tmp_path / "ds")])
+    assert (info.n_rows, info.notes) == (6, [])
+    assert assert_same_shards(tmp_path / "ds", tmp_path / "out") == 6
+
+
 # --- selection -----------------------------------------------------------------------------
 
 

@@ -337,9 +337,10 @@ def test_the_garbage_collector_is_paused_while_a_unit_is_written_and_runs_again_
     assert gc.isenabled()
 
 
-def test_a_new_source_loads_each_distinct_shard_once_and_a_reingest_starts_no_reader(engine, tmp_path, monkeypatch):
-    # A source never loaded has its reader started on each shard before the shard is hashed;
-    # a shard identical to one loaded just before is still skipped, and the next loads whole.
+def test_a_new_source_loads_each_shard_once_and_a_reingest_starts_no_reader(engine, tmp_path, monkeypatch):
+    # A source never loaded has its reader started on each shard before the shard is hashed; a
+    # byte-identical copy of the shard before is a unit of its own (its rows duplicates), and
+    # the next shard loads whole.
     from ingest import worker
 
     a = [hub_row(f"a{i}__aaaaaaa", 0, [("user", f"a {i}"), ("assistant", "ok")]) for i in range(40)]
@@ -349,8 +350,9 @@ def test_a_new_source_loads_each_distinct_shard_once_and_a_reingest_starts_no_re
     shutil.copy(ds / "data" / "train-00000-of-00003.parquet", ds / "data" / "train-00001-of-00003.parquet")
     _dataset(ds, b, name="train-00002-of-00003.parquet")
     summary = ingest(engine, [str(ds)])
-    assert (summary.units_loaded, summary.units_skipped, summary.errors) == (2, 1, [])
-    assert counts(engine)["episodes"] == 70
+    assert (summary.units_loaded, summary.units_skipped, summary.errors) == (3, 0, [])
+    assert (summary.episodes_new, summary.episodes_duplicate) == (70, 40)
+    assert (counts(engine)["episodes"], counts(engine)["episode_loads"]) == (70, 110)
     started = []
     real_start = worker.Reader._start
     monkeypatch.setattr(worker.Reader, "_start", lambda self: (started.append(1), real_start(self)))

@@ -67,6 +67,27 @@ def test_models_match_migrations(empty_engine):
     assert diff == []
 
 
+def test_downgrade_below_0006_keeps_byte_identical_units(engine, tmp_path):
+    """0005 keys the ledger by content alone: a warehouse holding two identical shards of one
+    dataset refuses to go below 0006 rather than lose one's provenance; without them it goes."""
+    from helpers import hub_row, write_shard
+    from ingest.pipeline import ingest
+    from warehouse.errors import WarehouseError
+
+    shard = write_shard(tmp_path / "ds" / "data" / "a.parquet", [hub_row("t__abcdefg", 0, [("user", "q")])])
+    (tmp_path / "ds" / "data" / "b.parquet").write_bytes(shard.read_bytes())
+    assert ingest(engine, [str(tmp_path / "ds")]).units_loaded == 2
+    with pytest.raises(WarehouseError, match="1 ledger rows .* are byte-identical copies"):
+        schema.downgrade(engine, "0005")
+    assert schema.current_revision(engine) == "0006"
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM episode_loads WHERE load_id = (SELECT max(id) FROM loads)"))
+        conn.execute(text("DELETE FROM trial_loads WHERE load_id = (SELECT max(id) FROM loads)"))
+        conn.execute(text("DELETE FROM loads WHERE id = (SELECT max(id) FROM loads)"))
+    schema.downgrade(engine, "0005")
+    assert schema.current_revision(engine) == "0005"
+
+
 def test_views_answer_queries(engine):
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM turn_text")).scalar() == 0

@@ -67,10 +67,11 @@ class Source(Base):
 
 class Load(Base):
     """One ingested unit (a Parquet shard or a trial directory), written in the same
-    transaction as its rows: if the ledger says a unit loaded, all of it did."""
+    transaction as its rows: if the ledger says a unit loaded, all of it did. A unit is its name
+    and its content: two byte-identical shards of a dataset are two units."""
 
     __tablename__ = "loads"
-    __table_args__ = (UniqueConstraint("source_id", "content_hash"),)
+    __table_args__ = (UniqueConstraint("source_id", "unit", "content_hash"),)
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     source_id: Mapped[int] = mapped_column(ForeignKey("sources.id"))
