@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 
 from ingest import trace_pipeline, writer
 from ingest.prepare import Batch
-from ingest.report import Progress, Summary, fail, one_unit, relative_unit
+from ingest.report import IngestStopped, Progress, Summary, fail, is_fatal, one_unit, relative_unit
 from ingest.sources import Source, resolve
 from ingest.worker import Reader, WorkerDied
 from warehouse.errors import WarehouseError
@@ -50,10 +50,17 @@ def ingest(
             except WarehouseError as exc:
                 fail(summary, str(exc), warn)
                 continue
-            if source.kind == "traces":
-                trace_pipeline.ingest_traces(engine, source, run, summary, progress, warn)
-            else:
-                _ingest_parquet(engine, reader, source, run, keep_going, summary, progress, warn)
+            try:
+                if source.kind == "traces":
+                    trace_pipeline.ingest_traces(engine, source, run, summary, progress, warn)
+                else:
+                    _ingest_parquet(engine, reader, source, run, keep_going, summary, progress, warn)
+            except IngestStopped:  # a full disk, a lost connection: reported by one_unit
+                break
+            except Exception as exc:  # the same between units (the ledger asked, a source recorded)
+                if is_fatal(summary, warn, source.root, exc):
+                    break
+                raise
     summary.seconds = time.perf_counter() - started
     return summary
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -86,18 +87,64 @@ def database_error_message(where: object, exc: BaseException) -> str:
     return f"{where}: the database refused it ({first_line(getattr(exc, 'orig', None) or exc)})"
 
 
+class IngestStopped(Exception):
+    """The database can take nothing more (its disk is full, its connection is gone): every
+    remaining unit would fail the same way. Reported already, in one line; the ingest ends."""
+
+
+def stopping_reason(exc: BaseException) -> str | None:
+    """Why no later unit can load either, when `exc` says so: a full disk (SQLite's SQLITE_FULL,
+    PostgreSQL's disk_full, ENOSPC), or a connection to PostgreSQL that broke (the server shut
+    down or restarted, the backend was terminated)."""
+    import sqlite3
+
+    from sqlalchemy.exc import DBAPIError
+
+    orig = getattr(exc, "orig", None) or exc
+    if isinstance(orig, OSError) and orig.errno == errno.ENOSPC:
+        return "the disk is full"
+    if isinstance(orig, sqlite3.Error) and getattr(orig, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return "the database or its disk is full"
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(orig, psycopg.Error):
+        state = orig.sqlstate or ""
+        if state == "53100":
+            return "the database server's disk is full"
+        # No SQLSTATE: the connection itself failed; class 08 and 57P: connection exceptions
+        # and the server shutting down or terminating this backend.
+        if isinstance(orig, psycopg.OperationalError) and (not state or state.startswith(("08", "57P"))):
+            return "the connection to the database was lost"
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return "the connection to the database was lost"
+    return None
+
+
+def is_fatal(summary: Summary, warn: Callable[[str], None], where: object, exc: BaseException) -> bool:
+    """Whether `exc` leaves no later unit a chance; if so it is reported, in the one line the
+    ingest ends with."""
+    reason = stopping_reason(exc)
+    if reason is None:
+        return False
+    fail(summary, f"{where}: {reason} ({first_line(getattr(exc, 'orig', None) or exc)}); the ingest stopped, "
+                  f"the {summary.units_loaded} units loaded before it are kept", warn)
+    return True
+
+
 @contextmanager
 def one_unit(summary: Summary, warn: Callable[[str], None], where: object,
              describe: Callable[[Exception], str | None]) -> Iterator[None]:
     """Around the loading of one unit: a unit another ingest committed first counts as skipped;
     an error `describe` turns into a message (bad input), a database error, or input nested past
     what a recursive walk can follow (the readers refuse such JSON first; this is the belt) fails
-    this unit alone, in one line, and the ingest goes on; anything else is a bug and propagates."""
+    this unit alone, in one line, and the ingest goes on; a full disk or a lost connection ends
+    the ingest (IngestStopped) after one line; anything else is a bug and propagates."""
     try:
         yield
     except writer.AlreadyLoaded:
         summary.units_skipped += 1
     except Exception as exc:
+        if is_fatal(summary, warn, where, exc):
+            raise IngestStopped from None
         message = describe(exc)
         if message is None and is_database_error(exc):
             message = database_error_message(where, exc)
