@@ -147,6 +147,15 @@ def _invalid_utf8_row(column: str) -> Callable[[Path], None]:
     return build
 
 
+def _deeply_nested_column(p: Path) -> None:
+    """An extra column of lists nested 60 deep: Parquet's reader refuses schemas nested past 100
+    levels (a list is two), so Parquet values never come near the trace files' JSON limit."""
+    arrow_type, value = pa.int64(), 1
+    for _ in range(60):
+        arrow_type, value = pa.list_(arrow_type), [value]
+    _shard(p, [dict(r, deep=value) for r in _rows()], [pa.field("deep", arrow_type)])
+
+
 def _unreadable_shard(p: Path) -> None:
     _shard(p)
     p.chmod(0)
@@ -247,6 +256,8 @@ PARQUET_CASES = [
          _typed("conversations", [{"content": "hi"}], pa.list_(pa.struct([("content", pa.string())]))),
          ("column 'conversations' has no 'role' field",)),
     Case("pq-duplicate-column", "parquet", "unit", _duplicate_column, ("column 'trial_name' appears 2 times",)),
+    Case("pq-nested-too-deeply", "parquet", "unit", _deeply_nested_column,
+         ("not a readable Parquet file", "schema too deeply nested")),
     Case("pq-unreadable", "parquet", "unit", _unreadable_shard, ("cannot read", "Permission denied"), unreadable=True),
     Case("row-null-conversations", "parquet", "row", lambda p: _shard(p, _rows(bad={"conversations": None})),
          ("row 1", "conversations is null")),
