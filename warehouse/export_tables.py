@@ -54,6 +54,7 @@ RUN_SCOPED: dict[str, tuple[list, list[str]]] = {
                (TRIALS, TRIALS.c.id == EPISODES.c.trial_id)], ["episode_id", "idx"]),
 }
 PARTITION = "run_id"
+EMPTY_PARTITION = 0
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -62,6 +63,7 @@ class TablesInfo:
     out_dir: Path
     rows: dict[str, int] = field(default_factory=dict)
     files: dict[str, int] = field(default_factory=dict)
+    replaced: list[str] = field(default_factory=list)  # what --force replaced in out_dir
 
 
 def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -> TablesInfo:
@@ -69,7 +71,7 @@ def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -
     folder and README.md are replaced and anything else is kept)."""
     out = Path(out_dir)
     info = TablesInfo(out_dir=out)
-    with engine.connect() as conn, staged_output(out, force) as staging:
+    with engine.connect() as conn, staged_output(out, force, info.replaced) as staging:
         run_ids = conn.execute(select(TABLES["runs"].c.id).order_by(TABLES["runs"].c.id)).scalars().all()
         for name in TABLES:
             folder = staging / name
@@ -77,6 +79,11 @@ def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -
             if name in RUN_SCOPED:
                 for run_id in run_ids:
                     _write(conn, _run_query(name, run_id), folder / f"{PARTITION}={run_id}", info, name)
+                if name not in info.files:
+                    # No rows in any run (no runs at all): one empty file still gives readers the
+                    # table's columns, in a partition no run has (ids start at 1).
+                    _write(conn, _run_query(name, EMPTY_PARTITION), folder / f"{PARTITION}={EMPTY_PARTITION}",
+                           info, name, keep_empty=True)
             else:  # runs, tasks, sources, loads, conflicts, messages, and any table added later
                 _write(conn, _shared_query(name), folder, info, name, keep_empty=True)
         _write_readme(staging / "README.md", info)
