@@ -102,9 +102,12 @@ def _step(engine: Engine, direction: str, revision: str) -> None:
         raise SchemaError(f"no revision to {direction} to: give a revision id, head, base or a step such as -1")
     try:
         _run(engine, getattr(command, direction), revision)
-    except CommandError as exc:
+    except (CommandError, AssertionError) as exc:
+        # Alembic refuses most revisions it cannot reach with a CommandError, and a few
+        # malformed ones (`@`, `head+1`) with a bare assert.
+        why = first_line(exc) if isinstance(exc, CommandError) else "no such revision"
         at = current_revision(engine) or "base"
-        raise SchemaError(f"cannot {direction} from {at} to {revision!r}: {first_line(exc)}") from None
+        raise SchemaError(f"cannot {direction} from {at} to {revision!r}: {why}") from None
 
 
 @dataclass
@@ -121,13 +124,17 @@ class Losses:
     def __str__(self) -> str:
         parts = []
         if self.rows.get("trials"):
-            parts.append(f"{self.rows['trials']} trials")
+            parts.append(_count(self.rows["trials"], "trial"))
         tables = {name: n for name, n in self.rows.items() if n}
         if tables:
-            parts.append(f"{sum(tables.values())} rows in {len(tables)} tables "
+            parts.append(f"{_count(sum(tables.values()), 'row')} in {_count(len(tables), 'table')} "
                          f"({', '.join(f'{name} {n}' for name, n in sorted(tables.items()))})")
-        parts += [f"{n} values of {column}" for column, n in sorted(self.values.items()) if n]
+        parts += [f"{_count(n, 'value')} of {column}" for column, n in sorted(self.values.items()) if n]
         return ", ".join(parts)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def downgrade_losses(engine: Engine, revision: str) -> Losses:
