@@ -9,8 +9,9 @@ Run-scoped tables are partitioned Hive style on the integer `runs.id`: an intege
 escaping (run keys hold '/' and other characters engines decode differently) and every engine
 infers it as an integer. As Spark's `partitionBy` does, the partition column is not repeated
 inside the files, so readers take it from the path (`trials.run_id` keeps its meaning; the other
-run-scoped tables gain a `run_id` column). Shared tables are plain folders of files; large ones
-(messages) roll over into several files.
+run-scoped tables gain a `run_id` column). A run-scoped table with no rows gets one empty file
+under `run_id=0/` (no run has id 0) so that readers still find its columns. Shared tables are
+plain folders of files; large ones (messages) roll over into several files.
 
 Types: int64, float64, string, binary (content_hash, content_raw), timestamp[us, UTC] for
 datetimes, and JSON columns as JSON text (lossless: unsafe strings come back unwrapped and are
@@ -79,9 +80,7 @@ def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -
             if name in RUN_SCOPED:
                 for run_id in run_ids:
                     _write(conn, _run_query(name, run_id), folder / f"{PARTITION}={run_id}", info, name)
-                if name not in info.files:
-                    # No rows in any run (no runs at all): one empty file still gives readers the
-                    # table's columns, in a partition no run has (ids start at 1).
+                if name not in info.files:  # no rows in any run, or no runs at all
                     _write(conn, _run_query(name, EMPTY_PARTITION), folder / f"{PARTITION}={EMPTY_PARTITION}",
                            info, name, keep_empty=True)
             else:  # runs, tasks, sources, loads, conflicts, messages, and any table added later
