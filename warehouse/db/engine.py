@@ -60,7 +60,8 @@ def resolve_url(db: str | None = None) -> URL:
     elif url.drivername in SQLITE_SPELLINGS:
         url = url.set(drivername="sqlite+pysqlite")
         if sqlite_path(url) is None:  # each connection would get a database of its own, lost at once
-            raise WarehouseError(f"{redact(url)}: an in-memory SQLite database keeps nothing: give a file (sqlite:///PATH)")
+            raise WarehouseError(f"{redact(url)}: an in-memory SQLite database keeps nothing: "
+                                 f"give a file (sqlite:///PATH)")
     else:
         raise WarehouseError(f"unsupported database {url.drivername!r}: use {SUPPORTED}")
     if url.get_backend_name() == "postgresql":

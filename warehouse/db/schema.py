@@ -205,7 +205,9 @@ def ensure_current(engine: Engine, *, create: bool = False) -> None:
     head = head_revision()
     current = current_revision(engine)
     where = redact(engine.url)
-    if current is None and create and is_empty(engine):
+    if current is None and create:
+        # Decided under the migration lock: a process creating the schema right now may commit
+        # between the version read above and a look for tables here.
         _run(engine, _upgrade_if_still_empty)
         current = current_revision(engine)
     if current == head:
