@@ -166,9 +166,9 @@ def test_downgrade_losses_count_dropped_tables_and_columns(engine, tmp_path):
     to_base = schema.downgrade_losses(engine, "base")
     assert to_base.rows == {t: before[t] for t in ALL_TABLES} and to_base.values == {}
     assert str(to_base).startswith(f"{before['trials']} trials, ")
-    one_step = schema.downgrade_losses(engine, "-1")
-    assert one_step.rows == {} and one_step.values == {"episode_loads.extra": 1}
-    assert str(one_step) == "1 value of episode_loads.extra"
+    to_0004 = schema.downgrade_losses(engine, "0004")
+    assert to_0004.rows == {} and to_0004.values == {"episode_loads.extra": 1}
+    assert str(to_0004) == "1 value of episode_loads.extra"
     summaries = ("run_task_breakdown", "run_task_outcomes", "trial_lengths", "run_sources")
     assert schema.downgrade_losses(engine, "0003").rows == {t: before[t] for t in summaries}
     # Counting touches nothing.
