@@ -511,3 +511,43 @@ def test_out_that_is_a_file_is_refused(engine, tmp_path):
     (tmp_path / "out").write_text("x")
     with pytest.raises(WarehouseError, match="not a directory"):
         export_tables(engine, tmp_path / "out")
+
+
+def test_export_tables_of_an_empty_warehouse_has_every_tables_columns(engine, tmp_path):
+    """No rows at all: every table still gets a file, and pyarrow reads each table with the
+    schema an export of a loaded warehouse has, and no rows."""
+    empty = export_tables(engine, tmp_path / "empty")
+    assert set(empty.rows) == set(TABLES) and not any(empty.rows.values())
+    generate_dataset(tmp_path / "ds", "tiny", seed=5)
+    ingest(engine, [str(tmp_path / "ds")])
+    export_tables(engine, tmp_path / "loaded")
+    for table in TABLES:
+        got = ds.dataset(tmp_path / "empty" / table, partitioning="hive")
+        loaded = ds.dataset(tmp_path / "loaded" / table, partitioning="hive")
+        assert got.count_rows() == 0, table
+        assert got.schema.equals(loaded.schema), (table, got.schema, loaded.schema)
+
+
+def test_cli_export_force_says_what_it_replaced(engine, db_url, tmp_path):
+    generate_dataset(tmp_path / "ds", "tiny", seed=4)
+    ingest(engine, [str(tmp_path / "ds")])
+
+    out = tmp_path / "hub"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    first = _cli("--db", db_url, "export", "hub", str(out), "--force")
+    assert first.returncode == 0 and "replaced" not in first.stderr, first.stderr  # nothing was there
+    (out / "data" / "stale.parquet").write_bytes(b"stale")
+    again = _cli("--db", db_url, "export", "hub", str(out), "--force")
+    assert again.returncode == 0, again.stderr
+    assert f"replaced in {out}: README.md, data/ (2 files)\n" in again.stderr
+    assert (out / "notes.txt").read_text() == "mine"
+
+    tables = tmp_path / "tables"
+    assert _cli("--db", db_url, "export", "tables", str(tables)).returncode == 0
+    forced = _cli("--db", db_url, "export", "tables", str(tables), "--force")
+    assert forced.returncode == 0, forced.stderr
+    [line] = [line for line in forced.stderr.splitlines() if line.startswith("replaced in ")]
+    replaced = line.split(": ", 1)[1].split(", ")
+    assert replaced[0] == "README.md"
+    assert sorted(entry.split("/")[0] for entry in replaced[1:]) == sorted(TABLES)

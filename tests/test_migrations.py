@@ -159,3 +159,100 @@ def test_password_is_never_printed(tmp_path):
     result = _cli("--db", url, "db", "check")
     assert result.returncode == 1
     assert "s3cret-pw" not in result.stderr + result.stdout
+
+
+# --- a downgrade that would delete data ---------------------------------------------------------
+
+def _warehouse_with_rows(engine, tmp_path) -> dict[str, int]:
+    """Counts of every table after loading a small dataset, with one value in the column the
+    step down to 0004 drops (episode_loads.extra)."""
+    from helpers import counts
+    from ingest.generate import generate_dataset
+    from ingest.pipeline import ingest
+
+    generate_dataset(tmp_path / "ds", "tiny", seed=3)
+    assert ingest(engine, [str(tmp_path / "ds")]).errors == []
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE episode_loads SET extra = '{\"note\": 1}' "
+                          "WHERE episode_id = (SELECT min(episode_id) FROM episode_loads)"))
+    before = counts(engine)
+    assert before["trials"] > 0
+    return before
+
+
+def test_downgrade_losses_count_dropped_tables_and_columns(engine, tmp_path):
+    from helpers import TABLES as ALL_TABLES, counts
+
+    before = _warehouse_with_rows(engine, tmp_path)
+    to_base = schema.downgrade_losses(engine, "base")
+    assert to_base.rows == {t: before[t] for t in ALL_TABLES} and to_base.values == {}
+    assert str(to_base).startswith(f"{before['trials']} trials, ")
+    to_0004 = schema.downgrade_losses(engine, "0004")
+    assert to_0004.rows == {} and to_0004.values == {"episode_loads.extra": 1}
+    assert str(to_0004) == "1 value of episode_loads.extra"
+    summaries = ("run_task_breakdown", "run_task_outcomes", "trial_lengths", "run_sources")
+    assert schema.downgrade_losses(engine, "0003").rows == {t: before[t] for t in summaries}
+    # Counting touches nothing.
+    assert counts(engine) == before and schema.current_revision(engine) == schema.head_revision()
+    with pytest.raises(SchemaError, match="Can't locate revision"):
+        schema.downgrade_losses(engine, "NO_SUCH_REVISION")
+
+
+def test_cli_downgrade_that_deletes_rows_needs_yes_without_a_terminal(db_url, engine, tmp_path):
+    from helpers import counts
+    from procs import run_cli
+
+    before = _warehouse_with_rows(engine, tmp_path)
+    for revision, says in (("base", f"would delete {before['trials']} trials, "),
+                           ("0004", "would delete 1 value of episode_loads.extra")):
+        refused = run_cli(db_url, "db", "downgrade", revision)  # stdin is not a terminal
+        assert refused.returncode == 1, refused.stderr
+        lines = refused.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), refused.stderr
+        assert says in lines[0] and "pass --yes" in lines[0], lines[0]
+        assert counts(engine) == before and schema.current_revision(engine) == schema.head_revision()
+
+    done = run_cli(db_url, "db", "downgrade", "base", "--yes")
+    assert done.returncode == 0 and "now at base" in done.stderr, done.stderr
+    assert schema.is_empty(engine)
+
+
+def _on_a_terminal(db_url: str, answer: str, *args: str) -> subprocess.CompletedProcess:
+    """The CLI with a pseudo-terminal as stdin, answering a prompt with `answer`."""
+    import os
+    import pty
+
+    from procs import CLI
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([*CLI, "--db", db_url, *args], stdin=slave, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        os.write(master, answer.encode())
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.close(slave)
+        os.close(master)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_cli_downgrade_asks_on_a_terminal(db_url, engine, tmp_path):
+    from helpers import counts
+
+    before = _warehouse_with_rows(engine, tmp_path)
+    declined = _on_a_terminal(db_url, "n\n", "db", "downgrade", "base")
+    assert declined.returncode == 1, declined.stderr
+    assert f"would delete {before['trials']} trials" in declined.stderr and "Go ahead?" in declined.stderr
+    assert "Error: downgrade cancelled: nothing done" in declined.stderr
+    assert counts(engine) == before and schema.current_revision(engine) == schema.head_revision()
+
+    accepted = _on_a_terminal(db_url, "y\n", "db", "downgrade", "base")
+    assert accepted.returncode == 0 and "now at base" in accepted.stderr, accepted.stderr
+    assert schema.is_empty(engine)
+
+
+def test_cli_downgrade_of_an_empty_warehouse_does_not_ask(db_url):
+    from procs import run_cli
+
+    done = run_cli(db_url, "db", "downgrade", "base")
+    assert done.returncode == 0 and "now at base" in done.stderr, done.stderr

@@ -78,6 +78,7 @@ class ExportInfo:
     rows_per_file: list[int] = field(default_factory=list)
     # What the export could not reproduce exactly, one line each.
     notes: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)  # what --force replaced in out_dir
 
     @property
     def n_rows(self) -> int:
@@ -96,7 +97,7 @@ def export_hub(engine: Engine, out_dir: str | Path, runs: Sequence[str] | None =
         if selection.source_ids:
             info.notes += _missing_rows(conn, selection.source_ids)
         builder = _RowBuilder(conn)
-        with staged_output(out, force) as staging:
+        with staged_output(out, force, info.replaced) as staging:
             # Shards are written under temporary names in their own folder (a final name may be
             # anything an input shard was called) and renamed once all of them are known.
             parts, data = staging / "parts", staging / "data"

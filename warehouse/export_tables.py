@@ -9,8 +9,9 @@ Run-scoped tables are partitioned Hive style on the integer `runs.id`: an intege
 escaping (run keys hold '/' and other characters engines decode differently) and every engine
 infers it as an integer. As Spark's `partitionBy` does, the partition column is not repeated
 inside the files, so readers take it from the path (`trials.run_id` keeps its meaning; the other
-run-scoped tables gain a `run_id` column). Shared tables are plain folders of files; large ones
-(messages) roll over into several files.
+run-scoped tables gain a `run_id` column). A run-scoped table with no rows gets one empty file
+under `run_id=0/` (no run has id 0) so that readers still find its columns. Shared tables are
+plain folders of files; large ones (messages) roll over into several files.
 
 Types: int64, float64, string, binary (content_hash, content_raw), timestamp[us, UTC] for
 datetimes, and JSON columns as JSON text (lossless: unsafe strings come back unwrapped and are
@@ -54,6 +55,7 @@ RUN_SCOPED: dict[str, tuple[list, list[str]]] = {
                (TRIALS, TRIALS.c.id == EPISODES.c.trial_id)], ["episode_id", "idx"]),
 }
 PARTITION = "run_id"
+EMPTY_PARTITION = 0
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -62,6 +64,7 @@ class TablesInfo:
     out_dir: Path
     rows: dict[str, int] = field(default_factory=dict)
     files: dict[str, int] = field(default_factory=dict)
+    replaced: list[str] = field(default_factory=list)  # what --force replaced in out_dir
 
 
 def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -> TablesInfo:
@@ -69,7 +72,7 @@ def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -
     folder and README.md are replaced and anything else is kept)."""
     out = Path(out_dir)
     info = TablesInfo(out_dir=out)
-    with engine.connect() as conn, staged_output(out, force) as staging:
+    with engine.connect() as conn, staged_output(out, force, info.replaced) as staging:
         run_ids = conn.execute(select(TABLES["runs"].c.id).order_by(TABLES["runs"].c.id)).scalars().all()
         for name in TABLES:
             folder = staging / name
@@ -77,6 +80,9 @@ def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -
             if name in RUN_SCOPED:
                 for run_id in run_ids:
                     _write(conn, _run_query(name, run_id), folder / f"{PARTITION}={run_id}", info, name)
+                if name not in info.files:  # no rows in any run, or no runs at all
+                    _write(conn, _run_query(name, EMPTY_PARTITION), folder / f"{PARTITION}={EMPTY_PARTITION}",
+                           info, name, keep_empty=True)
             else:  # runs, tasks, sources, loads, conflicts, messages, and any table added later
                 _write(conn, _shared_query(name), folder, info, name, keep_empty=True)
         _write_readme(staging / "README.md", info)

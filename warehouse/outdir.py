@@ -23,23 +23,34 @@ def check_out_dir(out: Path, force: bool) -> None:
 
 
 @contextmanager
-def staged_output(out: Path, force: bool) -> Iterator[Path]:
+def staged_output(out: Path, force: bool, replaced: list[str] | None = None) -> Iterator[Path]:
     """An empty staging folder inside OUT to write the export into.
 
     When the block completes, each top-level entry of the staging folder replaces the entry of
     the same name in OUT (a folder as a whole, so no stale shard of an earlier export survives);
     anything else in OUT is left alone. When the block raises, OUT keeps what it held before.
-    The staging folder lives inside OUT so that the final moves are renames on one file system."""
+    The staging folder lives inside OUT so that the final moves are renames on one file system.
+    `replaced` receives what was in OUT and got replaced, one entry each ("data/ (12 files)")."""
     check_out_dir(out, force)
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
     try:
         yield staging
         for entry in sorted(staging.iterdir()):
-            _remove(out / entry.name)
-            entry.rename(out / entry.name)
+            target = out / entry.name
+            if replaced is not None and (target.exists() or target.is_symlink()):
+                replaced.append(_describe(target))
+            _remove(target)
+            entry.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _describe(path: Path) -> str:
+    if path.is_dir() and not path.is_symlink():
+        n = sum(1 for p in path.rglob("*") if not p.is_dir())
+        return f"{path.name}/ ({n} file{'' if n == 1 else 's'})"
+    return path.name
 
 
 def _remove(path: Path) -> None:

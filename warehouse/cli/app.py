@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import sys
 
 import typer
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError
 from typer.core import TyperGroup
 
 from warehouse import __version__
@@ -21,12 +21,13 @@ from warehouse.errors import WarehouseError, first_line
 
 class _Group(TyperGroup):
     """Database errors a user can act on (a server that does not answer, SQL that does not
-    parse) become WarehouseErrors, which main() prints as one line."""
+    parse, a file that is not a database) become WarehouseErrors, which main() prints as one
+    line."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except (OperationalError, ProgrammingError) as exc:
+        except DBAPIError as exc:
             raise WarehouseError(f"database error: {first_line(exc.orig or exc)}") from None
 
 

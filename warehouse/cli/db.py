@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Annotated
+
 import typer
 
 from warehouse.cli.context import state
 from warehouse.db import schema
 from warehouse.db.engine import redact
-from warehouse.errors import SchemaError
+from warehouse.errors import SchemaError, WarehouseError
 
 app = typer.Typer(no_args_is_help=True, help="Create, upgrade and check the warehouse schema.")
 
@@ -25,12 +28,28 @@ def upgrade(ctx: typer.Context, revision: str = typer.Argument("head")) -> None:
     typer.echo(f"{redact(st.url)}: {msg} {after}", err=True)
 
 
-@app.command()
-def downgrade(ctx: typer.Context, revision: str) -> None:
-    """Take the schema down to REVISION (`base` removes every table)."""
+# `-1` (one step down) is a revision, not an unknown option.
+@app.command(context_settings={"ignore_unknown_options": True})
+def downgrade(
+    ctx: typer.Context,
+    revision: str,
+    yes: Annotated[bool, typer.Option("--yes", help="Drop tables and columns that hold data without asking.")] = False,
+) -> None:
+    """Take the schema down to REVISION (`base` removes every table; `-1` is one step down).
+
+    A downgrade that would delete data says how much, and asks on a terminal; without one it
+    refuses unless --yes."""
     st = state(ctx)
+    where = redact(st.url)
+    losses = schema.downgrade_losses(st.engine, revision)
+    if losses and not yes:
+        what = f"downgrading {where} to {revision} would delete {losses}"
+        if not sys.stdin.isatty():
+            raise WarehouseError(f"{what}: nothing done (pass --yes to go ahead)")
+        if not typer.confirm(f"{what}. Go ahead?", default=False, err=True):
+            raise WarehouseError("downgrade cancelled: nothing done")
     schema.downgrade(st.engine, revision)
-    typer.echo(f"{redact(st.url)}: now at {schema.current_revision(st.engine) or 'base'}", err=True)
+    typer.echo(f"{where}: now at {schema.current_revision(st.engine) or 'base'}", err=True)
 
 
 @app.command()

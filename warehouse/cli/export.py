@@ -40,6 +40,7 @@ def hub(
     info = export_hub(engine, out, runs=run, sources=source, force=force)
     for note in info.notes:
         typer.echo(f"warning: {note}", err=True)
+    _say_replaced(out, info.replaced)
     typer.echo(f"wrote {out}: {info.n_rows} rows in {len(info.files)} files under data/", err=True)
 
 
@@ -54,4 +55,10 @@ def tables(ctx: typer.Context, out: Out, force: Force = False) -> None:
 
     info = export_tables(engine, out, force=force)
     summary = ", ".join(f"{name} {n}" for name, n in info.rows.items())
+    _say_replaced(out, info.replaced)
     typer.echo(f"wrote {out}: {sum(info.files.values())} files; rows: {summary}", err=True)
+
+
+def _say_replaced(out: Path, replaced: list[str]) -> None:
+    if replaced:
+        typer.echo(f"replaced in {out}: {', '.join(replaced)}", err=True)

@@ -4,6 +4,7 @@ which backend it is talking to."""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from warehouse.errors import WarehouseError
+from warehouse.errors import WarehouseError, first_line
 
 DEFAULT_DB = "warehouse.db"
 ENV_VAR = "WAREHOUSE_DB"
@@ -22,38 +23,74 @@ SQLITE_BUSY_TIMEOUT_MS = 60_000
 SQLITE_CACHE_KIB = 16 * 1024
 SQLITE_PAGE_BYTES = 16384
 
+# Driver spellings taken as psycopg 3 (the psycopg 2 one names the same server the same way) and
+# as the standard library's sqlite3; every other driver (asyncpg, pg8000, …) and backend is refused.
+PSYCOPG_SPELLINGS = ("postgresql", "postgres", "postgresql+psycopg", "postgresql+psycopg2")
+SQLITE_SPELLINGS = ("sqlite", "sqlite+pysqlite")
+URL_FORM = "postgresql://USER:PASSWORD@HOST:PORT/DATABASE or sqlite:///PATH"
+SUPPORTED = ("a SQLite file (a path or sqlite:///PATH) or PostgreSQL through psycopg 3 "
+             "(postgresql://, postgresql+psycopg:// or postgresql+psycopg2://)")
+# Query parameters holding a secret: libpq's password and sslpassword, and any token or key.
+_SECRET_PARAM = re.compile(r"(?i)([?&][^=&#]*(?:pass|pwd|secret|token|key)[^=&#]*=)[^&#]*")
+# Everything between the scheme and the last '@': the user and password of a URL that does not parse.
+_USERINFO = re.compile(r"^([^:/?#]*://).*@")
+
 
 def resolve_url(db: str | None = None) -> URL:
     """A SQLAlchemy URL from `--db`, else $WAREHOUSE_DB, else ./warehouse.db.
 
-    A plain path means a SQLite file; `postgresql://` is read as psycopg 3."""
+    A plain path means a SQLite file. `postgresql://` is read as psycopg 3, and so is the
+    psycopg 2 spelling `postgresql+psycopg2://` (the same server and URL; psycopg 2 itself is not
+    a dependency). Anything else is refused in one line, as is a URL that cannot be read."""
     spec = db or os.environ.get(ENV_VAR) or DEFAULT_DB
     if "://" not in spec:
         return URL.create("sqlite+pysqlite", database=str(Path(spec).expanduser()))
     try:
         url = make_url(spec)
-    except ArgumentError as exc:
-        raise WarehouseError(f"not a database URL or path: {redact(spec)}") from exc
-    if url.drivername in ("postgresql", "postgres"):
+    except ArgumentError:
+        raise WarehouseError(f"not a database URL: {redact(spec)} (expected {URL_FORM})") from None
+    except ValueError:  # SQLAlchemy's int() of what it took for the port
+        raise WarehouseError(f"not a database URL: {redact(spec)} (the port must be a number; "
+                             f"an IPv6 host goes in brackets, [::1]:5432)") from None
+    if "@" in (url.host or ""):
+        raise WarehouseError(f"not a database URL: {redact(spec)} (an '@' in a user name or password "
+                             f"must be written %40)")
+    if url.drivername in PSYCOPG_SPELLINGS:
         url = url.set(drivername="postgresql+psycopg")
-    if url.drivername == "sqlite":
+    elif url.drivername in SQLITE_SPELLINGS:
         url = url.set(drivername="sqlite+pysqlite")
-    if url.get_backend_name() not in ("sqlite", "postgresql"):
-        raise WarehouseError(f"unsupported database {url.get_backend_name()!r}: use SQLite or PostgreSQL")
+        if sqlite_path(url) is None:  # each connection would get a database of its own, lost at once
+            raise WarehouseError(f"{redact(url)}: an in-memory SQLite database keeps nothing: "
+                                 f"give a file (sqlite:///PATH)")
+    else:
+        raise WarehouseError(f"unsupported database {url.drivername!r}: use {SUPPORTED}")
+    if url.get_backend_name() == "postgresql":
+        try:  # the driver's own reading of ports and hosts in the query string, before connecting
+            url.get_dialect()().create_connect_args(url)
+        except ArgumentError as exc:
+            raise WarehouseError(f"{redact(url)}: {first_line(exc)}") from None
     return url
 
 
 def redact(url: URL | str) -> str:
-    """The database as it may be shown: a SQLite file by its path, a server URL never with
-    its password."""
+    """The database as it may be shown: a SQLite file by its path, a server URL without its
+    password, wherever it was given (after the user name, in the query string), even when the URL
+    does not parse."""
     if isinstance(url, str):
         try:
             url = make_url(url)
-        except ArgumentError:
-            return url
+        except (ArgumentError, ValueError):
+            return _USERINFO.sub(r"\1***@", _hide_secret_params(url))
     if url.get_backend_name() == "sqlite" and url.database:
         return url.database
-    return url.render_as_string(hide_password=True)
+    shown = _hide_secret_params(url.render_as_string(hide_password=True))
+    if "@" in (url.host or ""):  # an unescaped '@' left part of the password in the host
+        shown = _USERINFO.sub(r"\1***@", shown)
+    return shown
+
+
+def _hide_secret_params(url: str) -> str:
+    return _SECRET_PARAM.sub(r"\1***", url)
 
 
 def sqlite_path(url: URL) -> Path | None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, inspect, text
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from warehouse.db.engine import make_engine, redact
-from warehouse.errors import SchemaError
+from warehouse.errors import SchemaError, first_line
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -82,15 +85,106 @@ def _run(engine: Engine, fn, *args) -> None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    from alembic import command
-
-    _run(engine, command.upgrade, revision)
+    _step(engine, "upgrade", revision)
 
 
 def downgrade(engine: Engine, revision: str) -> None:
-    from alembic import command
+    _step(engine, "downgrade", revision)
 
-    _run(engine, command.downgrade, revision)
+
+def _step(engine: Engine, direction: str, revision: str) -> None:
+    """Alembic's upgrade or downgrade, with a revision it cannot reach (unknown, ambiguous,
+    below base, beyond head) refused in one line."""
+    from alembic import command
+    from alembic.util import CommandError
+
+    if not revision.strip():
+        raise SchemaError(f"no revision to {direction} to: give a revision id, head, base or a step such as -1")
+    try:
+        _run(engine, getattr(command, direction), revision)
+    except (CommandError, AssertionError) as exc:
+        # Alembic refuses most revisions it cannot reach with a CommandError, and a few
+        # malformed ones (`@`, `head+1`) with a bare assert.
+        why = first_line(exc) if isinstance(exc, CommandError) else "no such revision"
+        at = current_revision(engine) or "base"
+        raise SchemaError(f"cannot {direction} from {at} to {revision!r}: {why}") from None
+
+
+@dataclass
+class Losses:
+    """What a downgrade would delete: the rows of the tables it drops and the values (not NULL)
+    of the columns it drops from tables it keeps. Empty when nothing held data."""
+
+    rows: dict[str, int] = field(default_factory=dict)
+    values: dict[str, int] = field(default_factory=dict)  # "table.column" -> values
+
+    def __bool__(self) -> bool:
+        return any(self.rows.values()) or any(self.values.values())
+
+    def __str__(self) -> str:
+        parts = []
+        if self.rows.get("trials"):
+            parts.append(_count(self.rows["trials"], "trial"))
+        tables = {name: n for name, n in self.rows.items() if n}
+        if tables:
+            parts.append(f"{_count(sum(tables.values()), 'row')} in {_count(len(tables), 'table')} "
+                         f"({', '.join(f'{name} {n}' for name, n in sorted(tables.items()))})")
+        parts += [f"{_count(n, 'value')} of {column}" for column, n in sorted(self.values.items()) if n]
+        return ", ".join(parts)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def downgrade_losses(engine: Engine, revision: str) -> Losses:
+    """What `downgrade(engine, revision)` would delete, found without touching the database:
+    the same migrations are run on an empty scratch SQLite file, from the database's revision
+    to `revision`, and the tables and columns that disappear there are counted here. (Tables
+    and columns are the same on both backends; test_migrations checks the models against both.)
+    A revision the downgrade cannot reach is refused here, as downgrade() would refuse it."""
+    current = current_revision(engine)
+    if current is not None and current not in _known_revisions():
+        raise _unknown_revision(engine, current)
+    with tempfile.TemporaryDirectory(prefix="warehouse-scratch-") as tmp:
+        scratch = make_engine(URL.create("sqlite+pysqlite", database=str(Path(tmp) / "scratch.db")))
+        try:
+            if current is not None:
+                upgrade(scratch, current)
+            before = _layout(scratch)
+            downgrade(scratch, revision)  # refused as it would be on the database: same revision
+            after = _layout(scratch)
+        finally:
+            scratch.dispose()
+    losses = Losses()
+    with engine.connect() as conn:
+        present = _layout_of(conn)
+        for table, columns in before.items():
+            if table not in present:
+                continue
+            if table not in after:
+                losses.rows[table] = conn.execute(text(f"SELECT count(*) FROM {_quote(conn, table)}")).scalar()
+                continue
+            for column in sorted((columns - after[table]) & present[table]):
+                losses.values[f"{table}.{column}"] = conn.execute(text(
+                    f"SELECT count({_quote(conn, column)}) FROM {_quote(conn, table)}")).scalar()
+    return losses
+
+
+def _layout(engine: Engine) -> dict[str, set[str]]:
+    with engine.connect() as conn:
+        return _layout_of(conn)
+
+
+def _layout_of(conn) -> dict[str, set[str]]:
+    """Each table's columns (not the version table, which holds no data)."""
+    inspector = inspect(conn)
+    return {table: {c["name"] for c in inspector.get_columns(table)}
+            for table in inspector.get_table_names() if table != "alembic_version"}
+
+
+def _quote(conn, name: str) -> str:
+    return conn.dialect.identifier_preparer.quote(name)
 
 
 def _upgrade_if_still_empty(cfg: Config) -> None:
@@ -111,7 +205,9 @@ def ensure_current(engine: Engine, *, create: bool = False) -> None:
     head = head_revision()
     current = current_revision(engine)
     where = redact(engine.url)
-    if current is None and create and is_empty(engine):
+    if current is None and create:
+        # Decided under the migration lock: a process creating the schema right now may commit
+        # between the version read above and a look for tables here.
         _run(engine, _upgrade_if_still_empty)
         current = current_revision(engine)
     if current == head:
@@ -122,10 +218,15 @@ def ensure_current(engine: Engine, *, create: bool = False) -> None:
                 f"{where} holds no warehouse yet: run `warehouse ingest …` or `warehouse db upgrade`"
             )
         raise SchemaError(f"{where} holds tables but no warehouse schema version: point --db at a warehouse")
-    known = {rev.revision for rev in script().walk_revisions()}
-    if current not in known:
-        raise SchemaError(
-            f"{where} is at schema {current}, which this version of warehouse does not know "
-            f"(newer or foreign): upgrade the warehouse tool"
-        )
+    if current not in _known_revisions():
+        raise _unknown_revision(engine, current)
     raise SchemaError(f"{where} is at schema {current}, this tool needs {head}: run `warehouse db upgrade`")
+
+
+def _known_revisions() -> set[str]:
+    return {rev.revision for rev in script().walk_revisions()}
+
+
+def _unknown_revision(engine: Engine, current: str) -> SchemaError:
+    return SchemaError(f"{redact(engine.url)} is at schema {current}, which this version of warehouse does "
+                       f"not know (newer or foreign): upgrade the warehouse tool")

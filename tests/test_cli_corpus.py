@@ -1,0 +1,244 @@
+"""The command-line half of the bad-input corpus: everything a user can type in place of a
+database or a revision, run through the real CLI (`python -m warehouse` in a subprocess).
+tests/corpus/README.md lists the cases and how each is treated.
+
+Every case asserts: the expected exit code; no traceback; the password (`S3CRET`, in every URL
+that has one, in the user info or the query string) nowhere in stdout or stderr, not even in
+part. Then by exit code:
+
+- 1, a runtime or data error: stderr is exactly one line, `Error: …`, saying what the case says;
+  stdout is empty.
+- 2, a usage error (a missing argument, an unknown command): Click's own report (a framed
+  error message, most often after a usage line: several lines), saying what the case says. Click owns that format; the
+  one-line rule is for exit 1.
+- 0, input that is odd but valid (the psycopg 2 spelling, an export of an empty warehouse, a
+  password in the query string): stderr says what the case says.
+
+Cases that open a warehouse run on SQLite and PostgreSQL; cases about a URL alone run once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy.engine import URL, make_url
+
+from procs import CLI
+from warehouse.db import schema
+from warehouse.db.engine import ENV_VAR, redact, resolve_url
+from warehouse.errors import WarehouseError
+
+PASSWORD = "S3CRET"
+LEAK = "CRET"  # no part of the password either (an unescaped '@' splits it)
+HEAD = schema.head_revision()
+ROLE = "wh_corpus_s3cret"  # a login role whose password is PASSWORD (created once, kept)
+NOT_A_DATABASE = "not-a-database.txt"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    db: str | None  # the --db value (a template, see _values); None: no --db at all
+    args: tuple[str, ...]
+    exit: int
+    says: str
+    backends: tuple[str, ...] = ("once",)  # "sqlite", "postgresql": a warehouse on each
+    before: tuple[tuple[str, ...], ...] = ()  # commands run first on the same database, each exit 0
+    env: bool = False  # the database given as $WAREHOUSE_DB instead of --db
+
+
+BOTH = ("sqlite", "postgresql")
+PG = ("postgresql",)
+CHECK = ("db", "check")
+
+CASES = [
+    # --- URLs that do not parse, or name a driver that is not there --------------------------
+    Case("scheme-with-space", f"foo bar://u:{PASSWORD}@h/x", CHECK, 1, "not a database URL: foo bar://***@h/x"),
+    Case("scheme-with-space-env", f"foo bar://u:{PASSWORD}@h/x", CHECK, 1, "not a database URL: foo bar://***@h/x",
+         env=True),
+    Case("unparsed-query-password", f"foo bar://h/x?password={PASSWORD}", CHECK, 1, "?password=***"),
+    Case("port-not-a-number", f"postgresql://u:{PASSWORD}@localhost:notaport/x", CHECK, 1, "the port must be a number"),
+    Case("query-port-not-a-number", f"postgresql://u:{PASSWORD}@localhost/x?port=notaport", CHECK, 1,
+         "non-integer port arguments"),
+    Case("ipv6-unclosed", f"postgresql://u:{PASSWORD}@[::1/x", CHECK, 1, "an IPv6 host goes in brackets"),
+    Case("at-sign-in-password", "postgresql://u:S3@CRET@localhost/x", CHECK, 1, "must be written %40"),
+    Case("driver-asyncpg", f"postgresql+asyncpg://u:{PASSWORD}@localhost/x", CHECK, 1,
+         "unsupported database 'postgresql+asyncpg': use a SQLite file"),
+    Case("driver-pg8000", f"postgresql+pg8000://u:{PASSWORD}@localhost/x", CHECK, 1,
+         "unsupported database 'postgresql+pg8000'"),
+    Case("backend-mysql", f"mysql://u:{PASSWORD}@localhost/x", CHECK, 1, "unsupported database 'mysql'"),
+    Case("driver-aiosqlite", "sqlite+aiosqlite:///{tmp}/x.db", CHECK, 1, "unsupported database 'sqlite+aiosqlite'"),
+    Case("sqlite-in-memory", "sqlite://", CHECK, 1, "an in-memory SQLite database keeps nothing"),
+    Case("sqlite-missing-directory", "{tmp}/no/such/dir/x.db", CHECK, 1, "directory does not exist"),
+    Case("sqlite-not-a-database", "{tmp}/" + NOT_A_DATABASE, CHECK, 1, "file is not a database"),
+    Case("server-refuses", f"postgresql://u:{PASSWORD}@127.0.0.1:1/x", CHECK, 1, "Connection refused"),
+    Case("server-refuses-query-password", f"postgresql://u@127.0.0.1:1/x?password={PASSWORD}", ("query", "runs"),
+         1, "Connection refused"),
+    # --- the psycopg 2 spelling names the same server: read as psycopg 3 ---------------------
+    Case("driver-psycopg2", "postgresql+psycopg2://{pg_auth}@{pg_host}/{pg_db}", CHECK, 0, f"at {HEAD} (current)",
+         backends=PG),
+    # --- a password in the query string or the user info, on every path that shows the URL -----
+    Case("query-password-no-warehouse", "{secret_query}", CHECK, 1, "holds no warehouse yet", backends=PG),
+    Case("query-password-no-warehouse-query", "{secret_query}", ("query", "runs"), 1, "holds no warehouse yet",
+         backends=PG),
+    Case("query-password-upgrade", "{secret_query}", ("db", "upgrade"), 0, f"upgraded empty -> {HEAD}",
+         backends=PG),
+    Case("query-password-downgrade", "{secret_query}", ("db", "downgrade", "base"), 0, "now at base",
+         backends=PG, before=(("db", "upgrade"),)),
+    Case("query-password-bad-revision", "{secret_query}", ("db", "upgrade", "NO_SUCH_REVISION"), 1,
+         "Can't locate revision", backends=PG),
+    Case("userinfo-password-no-warehouse", "{secret}", CHECK, 1, "holds no warehouse yet", backends=PG),
+    Case("userinfo-password-upgrade", "{secret}", ("db", "upgrade"), 0, f"upgraded empty -> {HEAD}", backends=PG),
+    # --- revisions ------------------------------------------------------------------------------
+    Case("upgrade-unknown-revision", "{warehouse}", ("db", "upgrade", "NO_SUCH_REVISION"), 1,
+         f"cannot upgrade from {HEAD} to 'NO_SUCH_REVISION': Can't locate revision", backends=BOTH),
+    Case("downgrade-unknown-revision", "{warehouse}", ("db", "downgrade", "NO_SUCH_REVISION"), 1,
+         f"cannot downgrade from {HEAD} to 'NO_SUCH_REVISION': Can't locate revision", backends=BOTH),
+    Case("downgrade-below-base", "{warehouse}", ("db", "downgrade", "-1"), 1, "cannot downgrade from base to '-1'",
+         backends=BOTH, before=(("db", "downgrade", "base"),)),
+    Case("downgrade-too-many-steps", "{warehouse}", ("db", "downgrade", "-9"), 1,
+         "Relative revision -9 didn't produce 9 migrations", backends=BOTH),
+    Case("upgrade-beyond-head", "{warehouse}", ("db", "upgrade", "+1"), 1, f"cannot upgrade from {HEAD} to '+1'",
+         backends=BOTH),
+    Case("upgrade-head-plus-one", "{warehouse}", ("db", "upgrade", "head+1"), 1, "no such revision", backends=BOTH),
+    Case("upgrade-at-sign", "{warehouse}", ("db", "upgrade", "@"), 1, "no such revision", backends=BOTH),
+    Case("upgrade-range", "{warehouse}", ("db", "upgrade", "0003:0004"), 1, "Range revision not allowed",
+         backends=BOTH),
+    Case("upgrade-empty-revision", "{warehouse}", ("db", "upgrade", ""), 1, "no revision to upgrade to",
+         backends=BOTH),
+    # --- an empty warehouse exports empty tables --------------------------------------------------
+    Case("export-tables-empty-warehouse", "{warehouse}", ("export", "tables", "{tmp}/out"), 0, "wrote",
+         backends=BOTH),
+    Case("export-hub-empty-warehouse", "{warehouse}", ("export", "hub", "{tmp}/out"), 0, "0 rows", backends=BOTH),
+    # --- usage errors: Click's report, exit 2 -----------------------------------------------------
+    Case("no-such-command", "{tmp}/x.db", ("db", "nosuch"), 2, "No such command 'nosuch'"),
+    Case("db-without-value", None, ("--db",), 2, "requires an argument"),
+    Case("downgrade-without-revision", "{tmp}/x.db", ("db", "downgrade"), 2, "Missing argument"),
+]
+
+
+def _params():
+    for case in CASES:
+        for backend in case.backends:
+            yield pytest.param(case, backend, id=f"{case.id}-{backend}" if backend != "once" else case.id)
+
+
+@pytest.fixture(scope="session")
+def secret_role() -> str:
+    """A login role with the password PASSWORD, made once on the shared server (idempotently:
+    other test processes may make it at the same time)."""
+    from conftest import PG_URL, _no_postgres, _pg_admin_conninfo
+
+    if not PG_URL:
+        _no_postgres("WAREHOUSE_TEST_PG_URL is not set")
+    with psycopg.connect(_pg_admin_conninfo(), autocommit=True) as admin:
+        try:
+            admin.execute(f"CREATE ROLE {ROLE} LOGIN PASSWORD '{PASSWORD}'")
+        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+            pass
+    return ROLE
+
+
+@pytest.fixture
+def secret_db(secret_role) -> Iterator[dict[str, str]]:
+    """An empty database owned by the role, as URLs with the password in the user info and in
+    the query string (with `sslpassword`, the other secret libpq takes)."""
+    from conftest import PG_URL, _pg_admin_conninfo
+
+    name = f"wh_secret_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_pg_admin_conninfo(), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}" OWNER {secret_role} TEMPLATE template0')
+    server = make_url(PG_URL)
+    where = dict(drivername="postgresql", username=secret_role, host=server.host, port=server.port, database=name)
+    yield {
+        "secret": URL.create(password=PASSWORD, **where).render_as_string(hide_password=False),
+        "secret_query": URL.create(**where, query={"password": PASSWORD, "sslpassword": PASSWORD})
+        .render_as_string(hide_password=False),
+    }
+    with psycopg.connect(_pg_admin_conninfo(), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _values(case: Case, backend: str, request, tmp_path: Path) -> dict[str, str]:
+    """What a case's templates stand for: {tmp}, the test's folder; {warehouse}, a fresh
+    warehouse (no rows) on the backend; {pg_auth}@{pg_host}/{pg_db}, the pieces of the
+    PostgreSQL one; {secret}, {secret_query}, an empty database reached with PASSWORD."""
+    values = {"tmp": str(tmp_path)}
+    text = " ".join([case.db or "", *case.args])
+    if "{warehouse}" in text or "{pg_" in text:
+        values["warehouse"] = request.getfixturevalue("db_url")
+        url = make_url(values["warehouse"])
+        values["pg_auth"] = f"{url.username}:{url.password}" if url.password else url.username or ""
+        values["pg_host"] = f"{url.host}:{url.port}" if url.port else url.host or ""
+        values["pg_db"] = url.database or ""
+    if "{secret" in text:
+        values.update(request.getfixturevalue("secret_db"))
+    return values
+
+
+def _run(db: str | None, args: list[str], env_db: bool) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
+    options = []
+    if env_db:
+        env[ENV_VAR] = db
+    elif db is not None:
+        options = ["--db", db]
+    return subprocess.run([*CLI, *options, *args], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, env=env)
+
+
+@pytest.mark.parametrize("case,backend", list(_params()))
+def test_cli_corpus(case: Case, backend: str, request, tmp_path):
+    (tmp_path / NOT_A_DATABASE).write_text("plain text, not SQLite\n")
+    values = _values(case, backend, request, tmp_path)
+    db = case.db.format(**values) if case.db is not None else None
+    for before in case.before:
+        done = _run(db, [a.format(**values) for a in before], case.env)
+        assert done.returncode == 0, (before, done.stderr)
+    done = _run(db, [a.format(**values) for a in case.args], case.env)
+    out = done.stdout + done.stderr
+
+    assert done.returncode == case.exit, out
+    assert "Traceback" not in out, out
+    assert LEAK not in out, out
+    if case.exit == 1:
+        assert done.stdout == "", out
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("Error: "), done.stderr
+        assert case.says in lines[0], (case.says, lines[0])
+    elif case.exit == 2:
+        assert "Error" in done.stderr and case.says in done.stderr, done.stderr
+    else:
+        assert case.says in done.stderr, done.stderr
+
+
+# --- the same rules, in the library ---------------------------------------------------------------
+
+@pytest.mark.parametrize("spec,shown", [
+    (f"postgresql://u:{PASSWORD}@h/x", "postgresql://u:***@h/x"),
+    (f"postgresql://u@h/x?password={PASSWORD}&sslmode=require&sslpassword={PASSWORD}",
+     "postgresql://u@h/x?password=***&sslmode=require&sslpassword=***"),
+    (f"foo bar://u:{PASSWORD}@h/x", "foo bar://***@h/x"),
+    (f"postgresql://u:{PASSWORD}@h:notaport/x?password={PASSWORD}", "postgresql://***@h:notaport/x?password=***"),
+    ("postgresql://u:S3@CRET@h/x", "postgresql://***@h/x"),
+    ("/some/file.db", "/some/file.db"),
+])
+def test_redact_hides_every_password(spec, shown):
+    assert redact(spec) == shown
+
+
+def test_psycopg2_spelling_is_read_as_psycopg3():
+    url = resolve_url(f"postgresql+psycopg2://u:{PASSWORD}@h:5433/x")
+    assert url.drivername == "postgresql+psycopg" and url.port == 5433 and url.password == PASSWORD
+
+
+@pytest.mark.parametrize("spec", ["postgresql+asyncpg://h/x", "postgresql+psycopg_async://h/x", "mssql://h/x"])
+def test_other_drivers_are_refused(spec):
+    with pytest.raises(WarehouseError, match="unsupported database"):
+        resolve_url(spec)
