@@ -301,9 +301,9 @@ def test_a_wal_archive_without_its_shm_is_refused_with_the_fix(readonly_mounts, 
     assert done.returncode == 1
     db = view / "warehouse.db"
     assert done.stderr.strip() == (
-        f"Error: {db} is in WAL mode and cannot be read without warehouse.db-shm, which SQLite cannot "
-        f"create in {view}: ask the owner to run `sqlite3 {db} 'PRAGMA journal_mode=DELETE'`, or copy "
-        f"the file and its -wal to a folder you can write")
+        f"Error: {db} is in WAL mode with no warehouse.db-shm beside it, and this user may not write "
+        f"there to create one: ask the owner to run `sqlite3 {db} 'PRAGMA journal_mode=DELETE'`, or "
+        f"copy the file and its -wal to a folder you can write")
     assert snapshot(source) == before
 
 

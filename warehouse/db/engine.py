@@ -16,7 +16,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from warehouse.errors import WarehouseError
+from warehouse.errors import WarehouseError, first_line
 
 DEFAULT_DB = "warehouse.db"
 ENV_VAR = "WAREHOUSE_DB"
@@ -84,8 +84,6 @@ def _sqlite_engine(url: URL, for_migrations: bool) -> Engine:
     path = sqlite_path(url)
     if path is not None and not path.parent.exists():
         raise WarehouseError(f"{path.parent}: directory does not exist")
-    if path is not None and path.exists():
-        _sqlite_header(path)  # refuses a file that is not SQLite
     # The driver's own transaction handling issues BEGIN lazily and only before DML, which
     # breaks read consistency and savepoints; take control and emit BEGIN ourselves.
     engine = create_engine(url, connect_args={"isolation_level": None, "check_same_thread": False})
@@ -99,7 +97,12 @@ def _sqlite_engine(url: URL, for_migrations: bool) -> Engine:
         cur.execute(f"PRAGMA page_size = {SQLITE_PAGE_BYTES}")
         # WAL lets readers work while an ingest writes; NORMAL is durable across application
         # crashes (the only kind the ledger must survive) and much faster than FULL.
-        _switch_to_wal(cur)
+        try:
+            _switch_to_wal(cur)
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc):
+                raise _unreadable(path, exc) from None
+            raise
         cur.execute("PRAGMA synchronous = NORMAL")
         # Batch migrations rebuild tables; with enforcement on, a rebuild would cascade.
         cur.execute(f"PRAGMA foreign_keys = {'OFF' if for_migrations else 'ON'}")
@@ -169,12 +172,26 @@ def make_read_engine(url: URL) -> Engine:
 def sqlite_read_connection(path: Path) -> sqlite3.Connection:
     """A connection that reads the SQLite file at `path` and refuses every write (query_only),
     with the driver's implicit transactions off (the caller begins its own)."""
-    raw = sqlite3.connect(sqlite_read_uri(path), uri=True, isolation_level=None, check_same_thread=False,
-                          factory=_ReadConnection)
-    _open_readers.add(raw)
-    raw.execute("PRAGMA query_only = 1")
-    raw.execute(f"PRAGMA busy_timeout = {SQLITE_READ_BUSY_TIMEOUT_MS}")
+    uri = sqlite_read_uri(path)
+    raw = None
+    try:
+        raw = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                              factory=_ReadConnection)
+        _open_readers.add(raw)
+        raw.execute("PRAGMA query_only = 1")
+        raw.execute(f"PRAGMA busy_timeout = {SQLITE_READ_BUSY_TIMEOUT_MS}")
+        raw.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the header, read now
+    except sqlite3.DatabaseError as exc:
+        if raw is not None:
+            raw.close()
+        raise _unreadable(path, exc) from None
     return raw
+
+
+def _unreadable(path: Path | None, exc: sqlite3.DatabaseError) -> WarehouseError:
+    if "not a database" in str(exc):
+        return WarehouseError(f"{path} is not a SQLite database: point --db at a warehouse")
+    return WarehouseError(f"cannot read {path}: {first_line(exc)}")
 
 
 class _ReadConnection(sqlite3.Connection):
@@ -211,44 +228,45 @@ def sqlite_read_uri(path: Path) -> str:
 
 
 def _read_mode(path: Path) -> str:
-    """`mode=ro`, except for a WAL file that has no -shm beside it, which a read-only connection
-    cannot read without one:
+    """`mode=ro` (for a WAL file, possible only once its -shm exists or can be created), except:
 
-    - where this process may write the file and its folder, `mode=rw` (with query_only): a
-      read-only connection would create the -wal and -shm and, unable to checkpoint, leave them
-      behind; the last read-write connection to close deletes them, as every SQLite client does;
-    - on a read-only mount with no committed transaction waiting in a -wal, `immutable=1`: the
-      file is all there is and nothing on this mount can change it (SQLite then takes no locks);
-    - otherwise (another user's folder, a -wal that holds commits) one line naming the fix,
-      rather than SQLite's "unable to open database file"."""
+    - where this process may write the file and its folder and there is no -shm, `mode=rw` (with
+      query_only): on a WAL file a read-only connection would create the -wal and -shm and,
+      unable to checkpoint, leave them behind, where the last read-write connection to close
+      deletes them, as every SQLite client does;
+    - a WAL file on a read-only mount with no -shm and no commit waiting in a -wal:
+      `immutable=1`. The file is all there is, and nothing on this mount can change it;
+    - any other WAL file with no -shm (another user's file or folder, a -wal that holds commits):
+      one line naming the fix, rather than SQLite's "unable to open database file". (Where only
+      the folder is writable, `mode=ro` would work but leave a -shm of this user's that the
+      owner's writers could not write.)"""
     shm, wal = Path(f"{path}-shm"), Path(f"{path}-wal")
-    if shm.exists() or not _in_wal_mode(path):
+    if shm.exists():
         return "mode=ro"
     folder = path.parent
     if os.access(path, os.W_OK) and os.access(folder, os.W_OK):
         return "mode=rw"
+    if not _in_wal_mode(path):
+        return "mode=ro"
     wal_empty = not wal.exists() or wal.stat().st_size == 0
     if wal_empty and os.statvfs(folder).f_flag & os.ST_RDONLY:
         return "mode=ro&immutable=1"
     raise WarehouseError(
-        f"{path} is in WAL mode and cannot be read without {shm.name}, which SQLite cannot create in "
-        f"{folder}: ask the owner to run `sqlite3 {path} 'PRAGMA journal_mode=DELETE'`, or copy the "
+        f"{path} is in WAL mode with no {shm.name} beside it, and this user may not write there to "
+        f"create one: ask the owner to run `sqlite3 {path} 'PRAGMA journal_mode=DELETE'`, or copy the "
         f"file{'' if wal_empty else ' and its -wal'} to a folder you can write")
 
 
 def _in_wal_mode(path: Path) -> bool:
-    """The file header says WAL (read and write versions 2); an empty file does not."""
-    return _sqlite_header(path)[18:20] == b"\x02\x02"
+    """The header says WAL (read and write versions 2).
 
-
-def _sqlite_header(path: Path) -> bytes:
-    """The first bytes of a SQLite file (none for an empty one, which SQLite takes for an empty
-    database); anything else is refused in one line rather than by the driver's traceback."""
+    Read only for a file this process cannot write, and before its first connection to it:
+    closing a descriptor drops every POSIX lock the process holds on the file, SQLite's
+    included (sqlite.org/howtocorrupt.html, 2.2), which would let another process delete the
+    -wal under a writer of this one."""
     try:
         with path.open("rb") as f:
             header = f.read(20)
     except OSError as exc:
         raise WarehouseError(f"cannot read {path}: {exc.strerror}") from None
-    if header and not header.startswith(b"SQLite format 3\0"):
-        raise WarehouseError(f"{path} is not a SQLite database: point --db at a warehouse")
-    return header
+    return header[:16] == b"SQLite format 3\0" and header[18:20] == b"\x02\x02"
