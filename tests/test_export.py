@@ -503,8 +503,8 @@ def test_cli_export_hub_and_tables(engine, db_url, tmp_path):
 
 def test_cli_export_checks_the_schema_first(tmp_path):
     result = _cli("--db", str(tmp_path / "nothing.db"), "export", "hub", str(tmp_path / "out"))
-    assert result.returncode == 1 and "holds no warehouse" in result.stderr
-    assert not (tmp_path / "out").exists()
+    assert result.returncode == 1 and "no warehouse at" in result.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "nothing.db").exists()
 
 
 def test_out_that_is_a_file_is_refused(engine, tmp_path):

@@ -3,8 +3,9 @@
 Every query a user can aim at the warehouse (`warehouse sql`, the canned queries, search)
 runs through run_readonly, or readonly_session for an answer that takes several statements:
 
-- SQLite: a connection of its own (pooled for reuse, see _engine) that opens the file
-  read-only (`mode=ro`) with `PRAGMA query_only`, so the library itself refuses every write; an
+- SQLite: a connection of its own (pooled for reuse, see _engine) that opens the file as every
+  reader does (warehouse.db.engine.sqlite_read_connection: `PRAGMA query_only`, and `mode=ro`
+  unless that would leave files behind), so the library itself refuses every write; an
   authorizer also refuses what those two let through (ATTACH, DETACH, PRAGMAs that set
   something, transaction control); a progress handler enforces the time limit.
 - PostgreSQL: a fresh connection whose only transaction is `READ ONLY`, with
@@ -29,14 +30,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.pool import NullPool, QueuePool
 
-from warehouse.db.engine import resolve_url, sqlite_path
+from warehouse.db.engine import resolve_url, sqlite_path, sqlite_read_connection
 from warehouse.errors import WarehouseError, first_line
 
 DEFAULT_TIMEOUT = 30.0
@@ -322,10 +322,7 @@ def _sqlite_engine(path: Path) -> Engine:
 
 
 def _sqlite_connect(path: Path) -> sqlite3.Connection:
-    raw = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True,
-                          isolation_level=None, check_same_thread=False)
-    raw.execute("PRAGMA query_only = 1")
-    raw.execute("PRAGMA busy_timeout = 5000")
+    raw = sqlite_read_connection(path)  # the way every reader opens the file (query_only)
     if sqlite3.sqlite_version_info < (3, 44):
         # string_agg arrived in SQLite 3.44; the canned queries use PostgreSQL's spelling.
         raw.create_aggregate("string_agg", 2, _StringAgg)

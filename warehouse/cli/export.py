@@ -34,7 +34,7 @@ def hub(
     By source, each ingested shard comes back with its own file name, columns, types and rows.
     By run (or, without --run and --source, every run), each episode once, under the union of
     the schemas of the shards it came from."""
-    engine = state(ctx).ready_engine()
+    engine = state(ctx).read_engine()
     from warehouse.export import export_hub  # pyarrow: imported by the commands that use it
 
     info = export_hub(engine, out, runs=run, sources=source, force=force)
@@ -50,7 +50,7 @@ def tables(ctx: typer.Context, out: Out, force: Force = False) -> None:
 
     Run-scoped tables (trials, episodes, turns, episode_loads, trial_loads) are partitioned Hive
     style by run_id=<runs.id>/; the others are plain folders of part-*.parquet files."""
-    engine = state(ctx).ready_engine()
+    engine = state(ctx).read_engine()
     from warehouse.export_tables import export_tables
 
     info = export_tables(engine, out, force=force)

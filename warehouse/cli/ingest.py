@@ -67,7 +67,7 @@ def ingest(
     # system allocator returns them, which keeps this process's memory flat. Arrow reads this
     # when it first allocates (it is imported only once a shard needs reading).
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    engine = state(ctx).ready_engine(create=True)
+    engine = state(ctx).write_engine(create=True)
     summary = run_ingest(engine, sources, run=run, keep_going=keep_going, progress=BarProgress(),
                          warn=lambda msg: typer.echo(f"Error: {msg}", err=True))
     for note in summary.notes[:50]:

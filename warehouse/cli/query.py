@@ -56,7 +56,7 @@ def _register(query: CannedQuery) -> None:
             query.values(values)  # a value the option's type lets through but the query refuses
         except WarehouseError as exc:
             raise typer.BadParameter(str(exc)) from None
-        engine = state(ctx).ready_engine()
+        engine = state(ctx).read_engine()
         result = run_canned(engine.url, query, values, timeout=timeout)
         write_rows(result.columns, result.rows, format)
 

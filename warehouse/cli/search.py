@@ -31,7 +31,7 @@ def search(
     A turn that later episodes of the same trial repeat is listed once, at the first episode holding it. `warehouse index build` makes searches of 3+ characters faster; the hits are the same with or without it."""
     if not text:
         raise typer.BadParameter("must not be empty", param_hint="TEXT")
-    engine = state(ctx).ready_engine()
+    engine = state(ctx).read_engine()
     result = search_lib.search(engine.url, text, run=run, task=task, role=role, limit=limit, timeout=timeout)
     if result.note:
         typer.echo(f"note: {result.note}", err=True)
@@ -52,7 +52,7 @@ def build(ctx: typer.Context) -> None:
 
     PostgreSQL: the pg_trgm extension and a GIN trigram index on messages.content, which PostgreSQL keeps current itself (ingests get slower)."""
     st = state(ctx)
-    engine = st.ready_engine()
+    engine = st.write_engine()
     search_lib.build_index(engine)
     typer.echo(f"{redact(st.url)}: search index ready", err=True)
 
@@ -61,6 +61,6 @@ def build(ctx: typer.Context) -> None:
 def drop(ctx: typer.Context) -> None:
     """Remove the search index (searches then scan the messages)."""
     st = state(ctx)
-    engine = st.ready_engine()
+    engine = st.write_engine()
     search_lib.drop_index(engine)
     typer.echo(f"{redact(st.url)}: search index dropped", err=True)

@@ -41,7 +41,7 @@ def sql(
 
     Writes of any kind (INSERT, UPDATE, DELETE, DDL, ATTACH, PRAGMAs that set something, writes inside WITH) are refused by the database connection itself; text holding more than one statement is refused before anything runs."""
     text = sys.stdin.read() if query == "-" else query
-    engine = state(ctx).ready_engine()
+    engine = state(ctx).read_engine()
     result = run_readonly(engine.url, text, dict(param or []), timeout=timeout, max_rows=max_rows)
     write_rows(result.columns, result.rows, fmt)
     if result.truncated:

@@ -1,13 +1,17 @@
-"""Choosing the database and opening it. The only module besides ingest.bulk that knows
-which backend it is talking to."""
+"""Choosing the database and opening it, for writing (make_engine) or only for reading
+(make_read_engine). The only module besides ingest.bulk that knows which backend it is talking
+to."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import sqlite3
 import time
+import weakref
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -22,6 +26,8 @@ ENV_VAR = "WAREHOUSE_DB"
 SQLITE_BUSY_TIMEOUT_MS = 60_000
 SQLITE_CACHE_KIB = 16 * 1024
 SQLITE_PAGE_BYTES = 16384
+# A reader waits less: a query's own time limit (warehouse.readonly) must not be spent waiting.
+SQLITE_READ_BUSY_TIMEOUT_MS = 5_000
 
 # Driver spellings taken as psycopg 3 (the psycopg 2 one names the same server the same way) and
 # as the standard library's sqlite3; every other driver (asyncpg, pg8000, …) and backend is refused.
@@ -99,7 +105,13 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(url.database)
 
 
+def no_warehouse(path: Path) -> WarehouseError:
+    return WarehouseError(f"no warehouse at {path}: `warehouse ingest …` or `warehouse db upgrade` creates one")
+
+
 def make_engine(url: URL, *, for_migrations: bool = False) -> Engine:
+    """The engine of the commands that write (ingest, db upgrade|downgrade, index build|drop).
+    A SQLite file is created if missing and switched to WAL."""
     if url.get_backend_name() == "sqlite":
         return _sqlite_engine(url, for_migrations)
     return create_engine(url, pool_pre_ping=True)
@@ -122,7 +134,12 @@ def _sqlite_engine(url: URL, for_migrations: bool) -> Engine:
         cur.execute(f"PRAGMA page_size = {SQLITE_PAGE_BYTES}")
         # WAL lets readers work while an ingest writes; NORMAL is durable across application
         # crashes (the only kind the ledger must survive) and much faster than FULL.
-        _switch_to_wal(cur)
+        try:
+            _switch_to_wal(cur)
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc):
+                raise _unreadable(path, exc) from None
+            raise
         cur.execute("PRAGMA synchronous = NORMAL")
         # Batch migrations rebuild tables; with enforcement on, a rebuild would cascade.
         cur.execute(f"PRAGMA foreign_keys = {'OFF' if for_migrations else 'ON'}")
@@ -161,3 +178,132 @@ def _switch_to_wal(cur) -> None:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+# --- reading ---------------------------------------------------------------------------
+
+def make_read_engine(url: URL) -> Engine:
+    """The engine of the commands that only read. It cannot write, and it leaves the database as
+    it found it: a SQLite file keeps its bytes, mtime and journal mode, a missing one is not
+    created (WarehouseError), and no -wal/-shm is left where there was none; every PostgreSQL
+    transaction is READ ONLY."""
+    if url.get_backend_name() != "sqlite":
+        # A startup option rather than a statement per transaction: the server applies it to
+        # every transaction of the session, whoever begins it.
+        options = " ".join(filter(None, [url.query.get("options"), "-c default_transaction_read_only=on"]))
+        return create_engine(url, pool_pre_ping=True, connect_args={"options": options})
+    path = sqlite_path(url)
+    if path is None:
+        raise WarehouseError("reading needs a SQLite file, not an in-memory database")
+    sqlite_read_uri(path)  # a missing file or an unreadable WAL is reported now, in one line
+    engine = create_engine(url, creator=lambda: sqlite_read_connection(path))
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        # As for writers (see _sqlite_engine): BEGIN now, so a transaction's reads share a snapshot.
+        conn.exec_driver_sql("BEGIN")
+
+    return engine
+
+
+def sqlite_read_connection(path: Path) -> sqlite3.Connection:
+    """A connection that reads the SQLite file at `path` and refuses every write (query_only),
+    with the driver's implicit transactions off (the caller begins its own)."""
+    uri = sqlite_read_uri(path)
+    raw = None
+    try:
+        raw = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
+                              factory=_ReadConnection)
+        _open_readers.add(raw)
+        raw.execute("PRAGMA query_only = 1")
+        raw.execute(f"PRAGMA busy_timeout = {SQLITE_READ_BUSY_TIMEOUT_MS}")
+        raw.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the header, read now
+    except sqlite3.DatabaseError as exc:
+        if raw is not None:
+            raw.close()
+        raise _unreadable(path, exc) from None
+    return raw
+
+
+def _unreadable(path: Path | None, exc: sqlite3.DatabaseError) -> WarehouseError:
+    if "not a database" in str(exc):
+        return WarehouseError(f"{path} is not a SQLite database: point --db at a warehouse")
+    return WarehouseError(f"cannot read {path}: {first_line(exc)}")
+
+
+class _ReadConnection(sqlite3.Connection):
+    """A reader's connection; a subclass only so that _open_readers can hold it weakly."""
+
+
+# Every reader's connection still open, closed when the process exits: pools keep connections
+# open, and only closing them lets SQLite delete the -wal/-shm a `mode=rw` reader created (the
+# interpreter does not reliably close them at exit).
+_open_readers: weakref.WeakSet[_ReadConnection] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_readers() -> None:
+    for conn in list(_open_readers):
+        conn.close()
+
+
+# How each file is opened for reading, decided once per process (keyed by device and inode) so
+# that every connection to it opens it the same way: see _read_mode.
+_read_modes: dict[tuple[int, int], str] = {}
+
+
+def sqlite_read_uri(path: Path) -> str:
+    """The `file:` URI that opens `path` for reading without changing anything on disk."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise no_warehouse(path) from None
+    key = (stat.st_dev, stat.st_ino)
+    if key not in _read_modes:
+        _read_modes[key] = _read_mode(path)
+    return f"file:{quote(str(path))}?{_read_modes[key]}"
+
+
+def _read_mode(path: Path) -> str:
+    """`mode=ro` (for a WAL file, possible only once its -shm exists or can be created), except:
+
+    - where this process may write the file and its folder and there is no -shm, `mode=rw` (with
+      query_only): on a WAL file a read-only connection would create the -wal and -shm and,
+      unable to checkpoint, leave them behind, where the last read-write connection to close
+      deletes them, as every SQLite client does;
+    - a WAL file on a read-only mount with no -shm and no commit waiting in a -wal:
+      `immutable=1`. The file is all there is, and nothing on this mount can change it;
+    - any other WAL file with no -shm (another user's file or folder, a -wal that holds commits):
+      one line naming the fix, rather than SQLite's "unable to open database file". (Where only
+      the folder is writable, `mode=ro` would work but leave a -shm of this user's that the
+      owner's writers could not write.)"""
+    shm, wal = Path(f"{path}-shm"), Path(f"{path}-wal")
+    if shm.exists():
+        return "mode=ro"
+    folder = path.parent
+    if os.access(path, os.W_OK) and os.access(folder, os.W_OK):
+        return "mode=rw"
+    if not _in_wal_mode(path):
+        return "mode=ro"
+    wal_empty = not wal.exists() or wal.stat().st_size == 0
+    if wal_empty and os.statvfs(folder).f_flag & os.ST_RDONLY:
+        return "mode=ro&immutable=1"
+    raise WarehouseError(
+        f"{path} is in WAL mode with no {shm.name} beside it, and this user may not write there to "
+        f"create one: ask the owner to run `sqlite3 {path} 'PRAGMA journal_mode=DELETE'`, or copy the "
+        f"file{'' if wal_empty else ' and its -wal'} to a folder you can write")
+
+
+def _in_wal_mode(path: Path) -> bool:
+    """The header says WAL (read and write versions 2).
+
+    Read only for a file this process cannot write, and before its first connection to it:
+    closing a descriptor drops every POSIX lock the process holds on the file, SQLite's
+    included (sqlite.org/howtocorrupt.html, 2.2), which would let another process delete the
+    -wal under a writer of this one."""
+    try:
+        with path.open("rb") as f:
+            header = f.read(20)
+    except OSError as exc:
+        raise WarehouseError(f"cannot read {path}: {exc.strerror}") from None
+    return header[:16] == b"SQLite format 3\0" and header[18:20] == b"\x02\x02"
