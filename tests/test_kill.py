@@ -3,7 +3,8 @@ spread moments (while it waits for the write lock another writer holds; after 0 
 committed by the run), must leave no process of it alive (its reader process included), none
 of its pipes open, no half-written unit, and the write lock free: the next ingest starts at
 once. SIGTERM and Ctrl-C end it with one line on stderr and exit 143 / 130, and they do so
-while it waits for the lock. On both backends.
+while it waits for the lock. On both backends; and on PostgreSQL a writer's session idle in its
+transaction far longer than a writer ever is loses the lock.
 
 Each shard of the dataset is 7 prepared batches: a reader working ahead of a writer that waits
 for the lock (on PostgreSQL, at a new source's first shard) fills its ring and is left with its
@@ -26,7 +27,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+import pytest
+from sqlalchemy.exc import DBAPIError
 
+from ingest import bulk
 from ingest.bulk import PG_WRITE_LOCK
 from ingest.generate import generate_dataset
 from procs import LoadCounter, fresh_database, run_cli, start_cli, units
@@ -256,3 +260,24 @@ def test_a_stopped_ingest_leaves_no_process_no_lock_and_no_half_unit(backend, tm
                 if ingest.proc.poll() is None:
                     ingest.proc.kill()
                 ingest.kill_survivors()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_postgresql_writer_idle_in_its_transaction_loses_its_session_and_the_lock(engine, db_url, monkeypatch):
+    # The guard for a writer whose process is gone while its session lives on (a host cut off):
+    # 60 s in use, 1 s here.
+    monkeypatch.setitem(bulk.PG_WRITER_SETTINGS, "idle_in_transaction_session_timeout", "1s")
+    with engine.connect() as conn:
+        transaction = conn.begin()
+        bulk.lock_for_writing(conn)
+        assert conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar() == "1s"
+        if conn.exec_driver_sql("SELECT inet_server_addr() IS NOT NULL").scalar():  # TCP, not a Unix socket
+            assert conn.exec_driver_sql("SHOW tcp_keepalives_idle").scalar() == "30"
+        assert not _write_lock_free(db_url)
+        _until(lambda: _write_lock_free(db_url), "the idle writer's lock released")
+        with pytest.raises(DBAPIError, match="idle-in-transaction timeout"):
+            conn.exec_driver_sql("SELECT 1")
+        transaction.rollback()
+    # Only a writer's transaction has them: every other session keeps the server's defaults.
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar() == "0"
