@@ -28,7 +28,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from ingest import bulk
 from ingest.bulk import PG_WRITE_LOCK
@@ -281,3 +281,21 @@ def test_a_postgresql_writer_idle_in_its_transaction_loses_its_session_and_the_l
     # Only a writer's transaction has them: every other session keeps the server's defaults.
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar() == "0"
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_sqlite_writer_waits_for_the_lock_in_steps_and_still_gives_up_at_the_busy_timeout(db_url, monkeypatch):
+    from warehouse.db import engine as engine_module
+    from warehouse.db.session import write_transaction
+
+    monkeypatch.setattr(engine_module, "SQLITE_BUSY_TIMEOUT_MS", 500)
+    engine = engine_module.make_engine(engine_module.resolve_url(db_url))
+    try:
+        with _holding_the_write_lock(db_url):
+            with pytest.raises(OperationalError, match="database is locked"):
+                with write_transaction(engine):
+                    pass
+        with write_transaction(engine) as conn:  # the lock free: at once
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 500  # restored after the steps
+    finally:
+        engine.dispose()
