@@ -245,7 +245,8 @@ def _serve(jobs, outbox: _Outbox, consumer_ends) -> None:
 
 def _die_with(consumer: int) -> None:
     """Have the kernel kill this process when the consumer dies (Linux; elsewhere the waits'
-    own checks must do), and exit now if it died before that was set."""
+    own checks must do), and exit now if it died before that was set. (Strictly, when the
+    consumer's thread that forked it ends: the one running the ingest, which outlives it.)"""
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux

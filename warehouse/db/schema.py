@@ -111,8 +111,10 @@ def ensure_current(engine: Engine, *, create: bool = False) -> None:
     head = head_revision()
     current = current_revision(engine)
     where = redact(engine.url)
-    if current is None and create and is_empty(engine):
-        _run(engine, _upgrade_if_still_empty)
+    if current is None and create:
+        if is_empty(engine):
+            _run(engine, _upgrade_if_still_empty)
+        # Read again either way: another ingest may have created it since it was read above.
         current = current_revision(engine)
     if current == head:
         return
