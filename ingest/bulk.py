@@ -45,6 +45,19 @@ QUEUED_COPY_ROWS = 1000
 PG_ID_BLOCK = 10_000
 # The advisory lock key every PostgreSQL writer takes (any constant unique to this tool).
 PG_WRITE_LOCK = 0x7472616A  # "traj"
+# What the server applies to a writer's session while it holds the write lock (for the rest of
+# that transaction only; see lock_for_writing).
+PG_WRITER_SETTINGS = {
+    # A writer is idle in its transaction only between statements: while it waits for its
+    # reader's next batch or prepares one, well under a second each. A session idle far longer
+    # has lost its process, and the server ends it, which releases the lock.
+    "idle_in_transaction_session_timeout": "60s",
+    # A writer's host gone silent (crashed, cut off) leaves no process to close the socket; the
+    # server's keepalive probes find it out within about a minute.
+    "tcp_keepalives_idle": "30",
+    "tcp_keepalives_interval": "10",
+    "tcp_keepalives_count": "3",
+}
 
 # The PostgreSQL type of each SQLAlchemy column type, for binary COPY (which sends each value
 # in its column's own binary form, so the types must be named exactly).
@@ -385,9 +398,14 @@ def sqlite_timestamp(value: datetime) -> str:
 
 
 def lock_for_writing(conn: Connection) -> None:
-    """Take the warehouse's write lock for the rest of this transaction."""
+    """Take the warehouse's write lock for the rest of this transaction.
+
+    On PostgreSQL the lock is the transaction's, so it ends with the session; a dead writer's
+    session ends as soon as the server sees its socket close (its reader process holds no copy:
+    ingest.worker), and PG_WRITER_SETTINGS end it where that never happens."""
     if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_WRITE_LOCK})")
+        settings = ", ".join(f"set_config('{name}', '{value}', true)" for name, value in PG_WRITER_SETTINGS.items())
+        conn.exec_driver_sql(f"SELECT {settings}, pg_advisory_xact_lock({PG_WRITE_LOCK})")
     # SQLite: the transaction began with BEGIN IMMEDIATE (warehouse.db.engine), which is the lock.
 
 

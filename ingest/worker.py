@@ -17,13 +17,21 @@ spent waiting for batches). The ring holds up to AHEAD_BYTES, so the reader keep
 the writer flushes, and memory stays bounded.
 
 An exception in a job is raised here. If this side stops consuming a job early (an error
-while writing, Ctrl-C), the process is stopped and a new one serves the next job; if this
-process dies, the reader sees its pipe broken and exits. Without `fork` (not Linux), jobs
-simply run in this process.
+while writing, Ctrl-C), the process is stopped and a new one serves the next job.
+
+The reader never outlives this process. The kernel kills it when this process dies (Linux's
+parent-death signal), and every wait of its own (for a job, for room in the ring, to send
+through the pipe) ends when this side is gone. Nor does it keep this process's connections
+alive: the fork copied every open socket (a PostgreSQL session, holding the ingest's write lock
+inside a unit), and a copy held by a reader that lived on would keep the server from seeing
+this side die. The reader replaces each inherited socket with /dev/null as it starts. Signals
+are this side's to handle (Ctrl-C reaches the whole process group; SIGTERM ends an ingest here,
+which stops the reader). Without `fork` (not Linux), jobs simply run in this process.
 """
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import multiprocessing
 import os
@@ -62,6 +70,8 @@ SWITCH_INTERVAL = 0.0005  # seconds
 READER_NICENESS = 10
 # How often a reader waiting for room checks that its consumer is still there.
 ROOM_POLL = 0.05  # seconds
+# prctl(2): the signal the kernel sends this process when the thread that forked it ends.
+_PR_SET_PDEATHSIG = 1
 
 
 class WorkerDied(Exception):
@@ -141,8 +151,8 @@ class Reader:
         jobs_in, self._jobs = context.Pipe(duplex=False)
         self._ring = mmap.mmap(-1, AHEAD_BYTES)  # anonymous and shared: the fork maps it too
         self._room = context.Semaphore(AHEAD_BYTES // ROOM_UNIT)
-        self._process = context.Process(target=_serve, args=(jobs_in, _Outbox(items_out, self._ring, self._room),
-                                                              (self._items, self._jobs)),
+        outbox = _Outbox(items_out, self._ring, self._room, os.getpid())
+        self._process = context.Process(target=_serve, args=(jobs_in, outbox, (self._items, self._jobs)),
                                         name="ingest-reader", daemon=True)
         self._process.start()
         jobs_in.close()
@@ -155,8 +165,8 @@ class Reader:
         self._jobs.close()  # a reader waiting for a job sees the end and exits
         self._items.close()  # a reader sending items, or waiting for room, sees its pipe broken
         self._process.join(timeout=1)
-        if self._process.is_alive():
-            self._process.terminate()
+        if self._process.is_alive():  # (it ignores SIGTERM: see _serve)
+            self._process.kill()
             self._process.join()
         self._process = None
         self._ring.close()
@@ -165,14 +175,16 @@ class Reader:
 class _Outbox:
     """The reader's end: items pickled into the ring, their places sent through the pipe."""
 
-    def __init__(self, pipe, ring: mmap.mmap, room) -> None:
+    def __init__(self, pipe, ring: mmap.mmap, room, consumer: int) -> None:
         self.pipe = pipe
         self.ring = ring
         self.room = room
+        self.consumer = consumer  # its process id
         self.end = 0  # where the next item goes, unless it must wrap around to 0
 
     def put(self, message: tuple) -> None:
-        """Raises BrokenPipeError when the consumer is gone."""
+        """Raises BrokenPipeError when the consumer is gone. A send waits no longer than the
+        consumer lives: its end of the pipe closes with it (this process closed its copy)."""
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
         if len(data) > RING_ITEM_MAX:
             self.pipe.send_bytes(_PLACE.pack(-1, len(data), 0))
@@ -194,6 +206,8 @@ class _Outbox:
         self.pipe.send_bytes(_PLACE.pack(offset, len(data), units))
 
     def _consumer_gone(self) -> bool:
+        if os.getppid() != self.consumer:  # it died (this process now belongs to another)
+            return True
         # The write end of a pipe whose read end is closed polls as an error.
         poll = select.poll()
         poll.register(self.pipe.fileno(), select.POLLOUT)
@@ -205,12 +219,16 @@ class _Outbox:
 
 def _serve(jobs, outbox: _Outbox, consumer_ends) -> None:
     """The reader process: run each job it is sent until the job pipe closes."""
+    _die_with(outbox.consumer)
     # The fork copied the consumer's ends of both pipes; while this process holds them it
     # would never see the consumer close them.
     for end in consumer_ends:
         end.close()
-    # Ctrl-C is the consumer's to handle: it stops this process by closing the pipes.
+    _release_inherited_sockets()
+    # Ctrl-C and SIGTERM are the consumer's to handle: it stops this process by closing the
+    # pipes (or, failing that, kills it).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.setswitchinterval(SWITCH_INTERVAL)
     os.nice(READER_NICENESS)
     try:
@@ -223,6 +241,42 @@ def _serve(jobs, outbox: _Outbox, consumer_ends) -> None:
                 return
     finally:
         outbox.close()
+
+
+def _die_with(consumer: int) -> None:
+    """Have the kernel kill this process when the consumer dies (Linux; elsewhere the waits'
+    own checks must do), and exit now if it died before that was set. (Strictly, when the
+    consumer's thread that forked it ends: the one running the ingest, which outlives it.)"""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        pass
+    else:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != consumer:
+        os._exit(0)
+
+
+def _release_inherited_sockets() -> None:
+    """Point every socket the fork copied (past stdin, stdout and stderr) at /dev/null: the
+    consumer's database connections stay its own, and close when it dies. The descriptors stay
+    taken, so an object of the consumer's still holding one (never used here) cannot close a
+    file this process opened since."""
+    try:
+        fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc (not Linux)
+        return
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in fds:
+            if fd > 2 and fd != null:
+                try:
+                    if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                        os.dup2(null, fd)
+                except OSError:  # (the descriptor listdir itself used, closed since)
+                    continue
+    finally:
+        os.close(null)
 
 
 def _run(produce: Callable[..., Iterator[Any]], args: tuple, outbox: _Outbox) -> bool:

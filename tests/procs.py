@@ -23,9 +23,11 @@ def run_cli(db_url: str, *args: str, timeout: float = 180) -> subprocess.Complet
                           stdin=subprocess.DEVNULL)
 
 
-def start_cli(db_url: str, *args: str) -> subprocess.Popen:
+def start_cli(db_url: str, *args: str, new_session: bool = False) -> subprocess.Popen:
+    """new_session: in a process group of its own, which a test can signal as a terminal's
+    Ctrl-C does (os.killpg)."""
     return subprocess.Popen([*CLI, "--db", db_url, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, text=True)
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=new_session)
 
 
 def units(stderr: str) -> tuple[int, int, int]:

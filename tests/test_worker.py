@@ -157,3 +157,81 @@ def test_items_of_every_size_cross_intact_and_in_order():
              (1 << 20) - 7, 3 << 20, 5]
     expected = list(_sized(sizes))
     assert list(in_worker(_sized, sizes)) == expected
+
+
+def _reports_then_sleeps(path: str):
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    yield 0
+    time.sleep(3600)  # no check of its own that the consumer is still there
+    yield 1
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_the_reader_dies_with_its_consumer_whatever_its_job_is_doing(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    marker = tmp_path / "pid"
+    consumer = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+sys.path[:0] = [{str(Path(__file__).parent)!r}]
+from test_worker import _reports_then_sleeps
+from ingest.worker import Reader
+with Reader() as reader:
+    items = reader.run(_reports_then_sleeps, {str(marker)!r})
+    next(items)
+    time.sleep(3600)
+"""])
+    try:
+        deadline = time.monotonic() + 30
+        while not (marker.exists() and marker.read_text()):
+            assert consumer.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        reader = int(marker.read_text())
+        assert _running(reader)
+        consumer.send_signal(signal.SIGKILL)
+        consumer.wait()
+        deadline = time.monotonic() + 30
+        while _running(reader):
+            assert time.monotonic() < deadline, "the reader outlived its consumer"
+            time.sleep(0.01)
+    finally:
+        consumer.kill()
+        consumer.wait()
+        if marker.exists() and marker.read_text() and _running(int(marker.read_text())):
+            os.kill(int(marker.read_text()), signal.SIGKILL)  # (after a failure: leave nothing running)
+
+
+def _is_socket(fd: int):
+    yield os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+    yield from _forever(os.devnull)
+
+
+def test_the_reader_holds_no_copy_of_the_consumers_sockets():
+    # A database connection of the consumer (here a socket pair) must close when the consumer
+    # closes it, or dies: a copy held by the reader would keep the server's end open.
+    import socket
+
+    ours, peer = socket.socketpair()
+    peer.settimeout(30)
+    try:
+        with Reader() as reader:
+            items = reader.run(_is_socket, ours.fileno())
+            assert next(items) is False  # the reader's descriptor is no socket any more
+            assert next(items) == 0  # and the reader still runs
+            ours.close()
+            assert peer.recv(1) == b""  # the other end sees this one closed
+            items.close()
+    finally:
+        ours.close()
+        peer.close()

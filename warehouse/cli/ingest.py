@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
+from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
@@ -47,6 +49,27 @@ class BarProgress(Progress):
         self._bar.stop()
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised where the ingest is, as Ctrl-C's KeyboardInterrupt is: the unit being
+    written rolls back on the way out (and psycopg cancels a statement in flight, a wait for
+    the write lock included, as it does for Ctrl-C)."""
+
+    signum = signal.SIGTERM
+
+
+def _raise_interrupted(_signum, _frame) -> None:
+    raise Interrupted()
+
+
+@contextmanager
+def _sigterm_interrupts():
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @app.command()
 def ingest(
     ctx: typer.Context,
@@ -62,14 +85,24 @@ def ingest(
     """Load sources into the warehouse, idempotently: units already loaded are skipped.
 
     A bad unit (shard or trial directory) is reported in one line and not written at all;
-    every other unit still loads, and the exit code is 1 (0 with --keep-going)."""
+    every other unit still loads, and the exit code is 1 (0 with --keep-going).
+
+    SIGTERM or Ctrl-C ends the ingest in one line, with exit code 143 or 130: the units
+    finished are kept, the one being written is rolled back."""
     # Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
     # system allocator returns them, which keeps this process's memory flat. Arrow reads this
     # when it first allocates (it is imported only once a shard needs reading).
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-    engine = state(ctx).write_engine(create=True)
-    summary = run_ingest(engine, sources, run=run, keep_going=keep_going, progress=BarProgress(),
-                         warn=lambda msg: typer.echo(f"Error: {msg}", err=True))
+    try:
+        with _sigterm_interrupts():
+            engine = state(ctx).write_engine(create=True)
+            summary = run_ingest(engine, sources, run=run, keep_going=keep_going, progress=BarProgress(),
+                                 warn=lambda msg: typer.echo(f"Error: {msg}", err=True))
+    except KeyboardInterrupt as exc:  # (by now the reader process is stopped and reaped)
+        signum = getattr(exc, "signum", signal.SIGINT)
+        typer.echo(f"Error: interrupted ({signum.name}): finished units kept, the current one rolled back",
+                   err=True)
+        raise typer.Exit(128 + signum) from None
     for note in summary.notes[:50]:
         typer.echo(f"warning: {note}", err=True)
     if len(summary.notes) > 50:

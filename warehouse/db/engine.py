@@ -24,6 +24,9 @@ ENV_VAR = "WAREHOUSE_DB"
 
 # A second writer on SQLite waits this long for the lock instead of failing at once.
 SQLITE_BUSY_TIMEOUT_MS = 60_000
+# ... in steps this long, between which a signal (SIGTERM, Ctrl-C) is handled: SQLite's own wait
+# is one call into C, during which Python runs no signal handler.
+SQLITE_LOCK_STEP_MS = 100
 SQLITE_CACHE_KIB = 16 * 1024
 SQLITE_PAGE_BYTES = 16384
 # A reader waits less: a query's own time limit (warehouse.readonly) must not be spent waiting.
@@ -157,10 +160,32 @@ def _sqlite_engine(url: URL, for_migrations: bool) -> Engine:
         conn.exec_driver_sql(f"PRAGMA foreign_keys = {'ON' if checked else 'OFF'}")
         # Writers take the write lock up front so two ingests queue on busy_timeout instead of
         # deadlocking on a read-to-write upgrade.
-        mode = "IMMEDIATE" if options.get("sqlite_write") else "DEFERRED"
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        if options.get("sqlite_write"):
+            _begin_immediate(conn)
+        else:
+            conn.exec_driver_sql("BEGIN DEFERRED")
 
     return engine
+
+
+def _begin_immediate(conn) -> None:
+    """BEGIN IMMEDIATE, waiting for another writer up to the busy timeout in short steps (see
+    SQLITE_LOCK_STEP_MS)."""
+    raw = conn.connection.driver_connection
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    raw.execute(f"PRAGMA busy_timeout = {SQLITE_LOCK_STEP_MS}")
+    try:
+        while time.monotonic() < deadline:
+            try:
+                raw.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc):
+                    break
+        # Once more, to raise its error as any statement's (the lock still held at the deadline).
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    finally:
+        raw.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
 
 
 def _switch_to_wal(cur) -> None:

@@ -1,0 +1,301 @@
+"""Stopping an ingest: SIGKILL, SIGTERM, or Ctrl-C (SIGINT to its whole process group), at
+spread moments (while it waits for the write lock another writer holds; after 0 or 2 units
+committed by the run), must leave no process of it alive (its reader process included), none
+of its pipes open, no half-written unit, and the write lock free: the next ingest starts at
+once. SIGTERM and Ctrl-C end it with one line on stderr and exit 143 / 130, and they do so
+while it waits for the lock. On both backends; and on PostgreSQL a writer's session idle in its
+transaction far longer than a writer ever is loses the lock.
+
+Each shard of the dataset is 7 prepared batches: a reader working ahead of a writer that waits
+for the lock (on PostgreSQL, at a new source's first shard) fills its ring and is left with its
+read-ahead thread holding the shard's end.
+That is where a killed ingest's reader used to wait for ever, holding the ingest's stdout and
+stderr open and, on PostgreSQL, its database session (and so the write lock) alive.
+
+Only safety timeouts: a process that has not ended within TIMEOUT is hung."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from ingest import bulk
+from ingest.bulk import PG_WRITE_LOCK
+from ingest.generate import generate_dataset
+from procs import LoadCounter, fresh_database, run_cli, start_cli, units
+
+N_SHARDS = 10
+SCALE = 1.06  # of the math profile: shards of about 1,650 rows, 7 batches each
+TIMEOUT = 60  # seconds
+POLL = 0.05
+EXIT_CODES = {signal.SIGKILL: -signal.SIGKILL, signal.SIGTERM: 143, signal.SIGINT: 130}
+STOPS = [signal.SIGKILL, signal.SIGTERM, signal.SIGINT]
+
+
+def _until(condition: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {TIMEOUT}s: {what}"
+        time.sleep(POLL)
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name, or None when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _stat(int(entry.name))
+            if stat is not None and int(stat[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+class Ingest:
+    """A `warehouse ingest` in a process group of its own, and every child it was seen with."""
+
+    def __init__(self, url: str, source: str):
+        self.url = url
+        self.proc = start_cli(url, "ingest", source, new_session=True)
+        self.seen: set[int] = set()
+
+    def watch(self) -> bool:
+        """Note its children; whether it still runs."""
+        self.seen |= _children(self.proc.pid)
+        return self.proc.poll() is None
+
+    def wait_for(self, condition: Callable[[], object], what: str) -> None:
+        def done() -> bool:
+            assert self.watch(), f"the ingest ended before {what}:\n{self.proc.communicate()[1]}"
+            return bool(condition())
+
+        _until(done, what)
+
+    def wait_until_idle(self) -> None:
+        """Until it and its reader, if it has one, have done all they can (their CPU times hold
+        still): the writer waits for the lock, the reader for room in its ring."""
+        pids = [self.proc.pid, *self.seen]
+        last = [None]
+
+        def idle() -> bool:
+            time.sleep(0.2)
+            ticks = [None if stat is None else int(stat[11]) + int(stat[12])  # utime + stime
+                     for stat in map(_stat, pids)]
+            still, last[0] = ticks == last[0], ticks
+            return still
+
+        self.wait_for(idle, "the ingest and its reader waiting")
+
+    def stop(self, how: signal.Signals) -> str:
+        """Signal it as `how` says (SIGINT as a terminal's Ctrl-C does, to the whole group) and
+        check how it ended; its stderr."""
+        assert self.watch(), "the ingest ended before it could be stopped"
+        if how == signal.SIGINT:
+            os.killpg(self.proc.pid, signal.SIGINT)
+        else:
+            self.proc.send_signal(how)
+        try:
+            _, err = self.proc.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{how.name}: the ingest still runs, or a process of it holds its stdout or "
+                                 f"stderr open, after {TIMEOUT}s") from None
+        assert self.proc.returncode == EXIT_CODES[how], f"{how.name}: exit {self.proc.returncode}\n{err}"
+        if how != signal.SIGKILL:
+            assert err.splitlines() == [
+                f"Error: interrupted ({how.name}): finished units kept, the current one rolled back"], err
+        return err
+
+    def survivors(self) -> list[int]:
+        """Its processes still running: not gone, not zombies, and still this ingest (a fork
+        keeps its parent's command line, a reused pid would not)."""
+        alive = []
+        for pid in self.seen | {self.proc.pid}:
+            stat = _stat(pid)
+            try:
+                ours = self.url.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                ours = False
+            if stat is not None and stat[0] not in ("Z", "X") and ours:
+                alive.append(pid)
+        return alive
+
+    def kill_survivors(self) -> None:
+        for pid in self.survivors():
+            os.kill(pid, signal.SIGKILL)
+
+
+def _no_survivor(ingest: Ingest) -> None:
+    _until(lambda: not ingest.survivors(), f"every process of the ingest gone (alive: {ingest.survivors()})")
+
+
+def _pg_conninfo(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+def _write_lock_free(url: str) -> bool:
+    """Whether a writer would get the write lock at once: SQLite's BEGIN IMMEDIATE without a
+    wait; on PostgreSQL the advisory lock tried (and released), and no session of the database
+    left idle in a transaction."""
+    if url.startswith("sqlite:///"):
+        conn = sqlite3.connect(url[len("sqlite:///"):], timeout=0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            conn.close()
+    with psycopg.connect(_pg_conninfo(url)) as conn:
+        free = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (PG_WRITE_LOCK,)).fetchone()[0]
+        idle = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'").fetchone()[0]
+        return free and idle == 0
+
+
+@contextmanager
+def _holding_the_write_lock(url: str) -> Iterator[None]:
+    """Another writer, holding the write lock until the block ends."""
+    if url.startswith("sqlite:///"):
+        conn = sqlite3.connect(url[len("sqlite:///"):], isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return
+    with psycopg.connect(_pg_conninfo(url)) as conn:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (PG_WRITE_LOCK,))
+        try:
+            yield
+        finally:
+            conn.rollback()
+
+
+def _waiting_for_the_lock(url: str) -> bool:
+    """Whether a writer waits for the lock, as pg_locks shows on PostgreSQL. SQLite shows no
+    waiter: an ingest idle there (Ingest.wait_until_idle) is one."""
+    if url.startswith("sqlite:///"):
+        return True
+    with psycopg.connect(_pg_conninfo(url), autocommit=True) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = %s "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            (PG_WRITE_LOCK,)).fetchone()[0] > 0
+
+
+def test_a_stopped_ingest_leaves_no_process_no_lock_and_no_half_unit(backend, tmp_path):
+    generate_dataset(tmp_path / "first", "tiny", shards=1, seed=1)
+    dataset = str(tmp_path / "ds")
+    generate_dataset(dataset, "math", shards=N_SHARDS, seed=3, scale=SCALE)
+    rng = random.Random(14)
+    ingests: list[Ingest] = []
+    with fresh_database(backend, tmp_path, "killed") as url:
+        done = run_cli(url, "ingest", str(tmp_path / "first"))  # the schema, and a unit
+        assert done.returncode == 0, done.stderr
+        counter = LoadCounter(url)
+        try:
+            def after_stop(ingest: Ingest, committed_before: int) -> None:
+                _no_survivor(ingest)
+                _until(lambda: _write_lock_free(url), "the write lock free, no session idle in a transaction")
+                assert counter.ledger_matches_tables() == []
+                assert counter.count() >= committed_before  # finished units kept
+
+            # Stopped while waiting for the lock: SIGTERM and Ctrl-C end it before the lock is
+            # released. On PostgreSQL its reader is ahead of it, reading the first shard (the
+            # source is new); SQLite's lock stops it before, at the source's row.
+            for how in STOPS:
+                with _holding_the_write_lock(url):
+                    ingest = Ingest(url, dataset)
+                    ingests.append(ingest)
+                    ingest.wait_for(lambda: _waiting_for_the_lock(url), "the ingest waiting for the lock")
+                    ingest.wait_until_idle()
+                    assert bool(ingest.seen) == (backend == "postgresql")  # a reader
+                    ingest.stop(how)
+                    _no_survivor(ingest)  # the lock still held
+                after_stop(ingest, 1)
+                assert counter.count() == 1
+
+            # Stopped while loading, after 0 or 2 units of this run, a random moment later.
+            for k in (0, 2):
+                for how in STOPS:
+                    before = counter.count()
+                    ingest = Ingest(url, dataset)
+                    ingests.append(ingest)
+                    ingest.wait_for(lambda: ingest.seen and counter.count() >= before + k,
+                                    f"{k} units committed and a reader started")
+                    time.sleep(rng.uniform(0, 0.4))
+                    ingest.stop(how)
+                    after_stop(ingest, before + k)
+            assert 1 + 2 * len(STOPS) <= counter.count() < 1 + N_SHARDS, "the kills left nothing to load"
+
+            # The next ingest finishes the job.
+            done = run_cli(url, "ingest", dataset, str(tmp_path / "first"), timeout=3 * TIMEOUT)
+            assert done.returncode == 0, done.stderr
+            loaded, skipped, failed = units(done.stderr)
+            assert failed == 0 and loaded > 0 and loaded + skipped == N_SHARDS + 1
+            assert counter.count() == N_SHARDS + 1
+            assert counter.ledger_matches_tables() == []
+        finally:
+            counter.close()
+            for ingest in ingests:  # (after a failure: leave nothing running)
+                if ingest.proc.poll() is None:
+                    ingest.proc.kill()
+                ingest.kill_survivors()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_postgresql_writer_idle_in_its_transaction_loses_its_session_and_the_lock(engine, db_url, monkeypatch):
+    # The guard for a writer whose process is gone while its session lives on (a host cut off):
+    # 60 s in use, 1 s here.
+    monkeypatch.setitem(bulk.PG_WRITER_SETTINGS, "idle_in_transaction_session_timeout", "1s")
+    with engine.connect() as conn:
+        transaction = conn.begin()
+        bulk.lock_for_writing(conn)
+        assert conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar() == "1s"
+        if conn.exec_driver_sql("SELECT inet_server_addr() IS NOT NULL").scalar():  # TCP, not a Unix socket
+            assert conn.exec_driver_sql("SHOW tcp_keepalives_idle").scalar() == "30"
+        assert not _write_lock_free(db_url)
+        _until(lambda: _write_lock_free(db_url), "the idle writer's lock released")
+        with pytest.raises(DBAPIError, match="idle-in-transaction timeout"):
+            conn.exec_driver_sql("SELECT 1")
+        transaction.rollback()
+    # Only a writer's transaction has them: every other session keeps the server's defaults.
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar() == "0"
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_sqlite_writer_waits_for_the_lock_in_steps_and_still_gives_up_at_the_busy_timeout(db_url, monkeypatch):
+    from warehouse.db import engine as engine_module
+    from warehouse.db.session import write_transaction
+
+    monkeypatch.setattr(engine_module, "SQLITE_BUSY_TIMEOUT_MS", 500)
+    engine = engine_module.make_engine(engine_module.resolve_url(db_url))
+    try:
+        with _holding_the_write_lock(db_url):
+            with pytest.raises(OperationalError, match="database is locked"):
+                with write_transaction(engine):
+                    pass
+        with write_transaction(engine) as conn:  # the lock free: at once
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 500  # restored after the steps
+    finally:
+        engine.dispose()
