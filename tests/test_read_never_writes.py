@@ -191,14 +191,15 @@ def test_the_read_engine_refuses_writes_on_sqlite(sample_warehouse, tmp_path):
 
 # --- a read-only mount ---------------------------------------------------------------------
 
-# A private mount namespace (`unshare -rm`): the read-only bind mount exists only for the
-# command run inside it, so nothing is left mounted whatever happens to the test. It works as
-# root and, where user namespaces are allowed, as any user.
+# A private mount namespace (`unshare -rm`, or `unshare -m` for root where user namespaces are
+# not allowed): the read-only bind mount exists only for the command run inside it, so nothing is
+# left mounted whatever happens to the test. The fixture readonly_mounts picks the one that works.
+_UNSHARE = ["unshare", "-rm"]
 _READONLY_VIEW = 'mount --bind "$1" "$2" && mount -o remount,ro,bind "$2" && shift 2 && exec "$@"'
 
 
 def run_on_readonly_view(source: Path, view: Path, db_name: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["unshare", "-rm", "sh", "-c", _READONLY_VIEW, "sh", str(source), str(view),
+    return subprocess.run([*_UNSHARE, "sh", "-c", _READONLY_VIEW, "sh", str(source), str(view),
                            *CLI, "--db", str(view / db_name), *args],
                           capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
 
@@ -209,13 +210,18 @@ def readonly_mounts(tmp_path_factory) -> None:
     root = tmp_path_factory.mktemp("probe")
     (root / "src").mkdir()
     (root / "view").mkdir()
-    try:
-        probe = subprocess.run(["unshare", "-rm", "sh", "-c", _READONLY_VIEW + " ", "sh", str(root / "src"),
-                                str(root / "view"), "sh", "-c", f"! touch {root / 'view' / 'x'} 2>/dev/null"],
-                               capture_output=True, text=True, timeout=60)
+    ok, why = False, "unshare is not installed"
+    for unshare in (["unshare", "-rm"], ["unshare", "-m"]):
+        try:
+            probe = subprocess.run([*unshare, "sh", "-c", _READONLY_VIEW + " ", "sh", str(root / "src"),
+                                    str(root / "view"), "sh", "-c", f"! touch {root / 'view' / 'x'} 2>/dev/null"],
+                                   capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
+            break
         ok, why = probe.returncode == 0, probe.stderr.strip()
-    except FileNotFoundError:
-        ok, why = False, "unshare is not installed"
+        if ok:
+            _UNSHARE[:] = unshare
+            break
     if not ok:
         reason = f"no read-only mount could be made (unshare -rm and mount --bind: {why or 'the mount was writable'})"
         if REQUIRE_PG:
