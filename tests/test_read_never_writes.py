@@ -22,11 +22,12 @@ from sqlalchemy.exc import DBAPIError
 
 from conftest import REQUIRE_PG, _fresh_pg, _pg_admin_conninfo
 from procs import CLI, run_cli
+from warehouse.db import schema
 from warehouse.db.engine import make_read_engine, resolve_url
 from warehouse.queries import QUERIES
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sample"
-HEAD = "0005"
+HEAD = schema.HEAD_REVISION
 
 
 def _commands() -> dict[str, list[str]]:
