@@ -14,7 +14,7 @@ from sqlalchemy import text
 import query_fixture
 from query_fixture import cli
 from warehouse.errors import WarehouseError
-from warehouse.readonly import run_readonly, split_statements
+from warehouse.readonly import run_readonly
 
 TRIALS = 22  # in tests/query_fixture.py
 
@@ -52,10 +52,11 @@ WRITES = [
 
 
 @pytest.mark.parametrize("sql", WRITES)
-def test_writes_are_refused(url, engine, sql):
+def test_writes_are_refused(url, engine, backend, sql):
     message = assert_refused(url, engine, sql)
     if ";" in sql:
-        assert "one statement at a time" in message
+        # SQLite compiles the first statement before it looks past it: a write is refused first.
+        assert "one statement at a time" in message or (backend == "sqlite" and "read-only" in message)
     else:
         assert "read-only" in message
 
@@ -160,13 +161,3 @@ def test_library_read_path(url, engine):
     with pytest.raises(WarehouseError, match="no SQL statement"):
         run_readonly(url, "  -- nothing\n ; ")
     assert trial_count(engine) == TRIALS
-
-
-def test_statement_splitting():
-    assert split_statements("SELECT 1;") == ["SELECT 1"]
-    assert split_statements("SELECT ';' AS x -- ; \n /* ; */") == ["SELECT ';' AS x -- ; \n /* ; */"]
-    assert len(split_statements('SELECT "a;b" FROM t; SELECT 2')) == 2
-    assert split_statements("SELECT $$ ; $$, $tag$ ; $tag$") == ["SELECT $$ ; $$, $tag$ ; $tag$"]
-    assert split_statements("SELECT E'it\\'s; fine'") == ["SELECT E'it\\'s; fine'"]
-    assert split_statements("SELECT 'it''s; fine'") == ["SELECT 'it''s; fine'"]
-    assert split_statements(" ; ;\n") == []
