@@ -298,7 +298,7 @@ def _sqlite_readonly(url: URL, timeout: float, deadline: float, snapshot: bool,
             return sqlite3.SQLITE_OK
         if action not in _ALLOWED:
             what = _ACTIONS.get(action, f"action {action}")
-            refused.append(f"{what}{f' ({arg1})' if arg1 else ''} is not allowed ({ONLY_QUERIES})")
+            refused.append(f"{what}{f' ({arg1})' if arg1 else ''} is not allowed; {ONLY_QUERIES}")
             return sqlite3.SQLITE_DENY
         if action == sqlite3.SQLITE_PRAGMA and arg2 is not None and arg1 not in _SQLITE_PRAGMAS_WITH_ARGUMENT:
             refused.append(f"PRAGMA {arg1} = … would change a setting")
@@ -443,6 +443,24 @@ def _postgres_readonly(url: URL, timeout: float,
             yield conn, describe, psycopg.Error
         finally:
             transaction.rollback()
+
+
+def reader_role_note(engine: Engine) -> str | None:
+    """Why ad-hoc SQL on this PostgreSQL database would not run as the reader role, if it would
+    not: for `db upgrade` to say."""
+    if engine.dialect.name != "postgresql":
+        return None
+    with engine.connect() as conn:
+        exists, member, user = conn.exec_driver_sql(
+            f"SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = '{READER_ROLE}'), "
+            f"EXISTS (SELECT FROM pg_roles WHERE rolname = '{READER_ROLE}' AND pg_has_role(rolname, 'MEMBER')), "
+            "current_user").one()
+    if member:
+        return None
+    fix = (f"CREATE ROLE {READER_ROLE} NOLOGIN and run `warehouse db upgrade` again" if not exists
+           else f"GRANT {READER_ROLE} TO {user}")
+    return (f"`warehouse sql` will run as {user}, not as the read-only role {READER_ROLE} "
+            f"(guarded by its grammar check and function denylist only); a superuser can: {fix}")
 
 
 def _connect(engine, describe) -> Connection:

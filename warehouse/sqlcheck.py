@@ -59,7 +59,7 @@ PG_DENIED_PREFIXES = (
 # sqlite3 shell and of some builds (absent from Python's sqlite3, refused should they appear).
 SQLITE_DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"})
 
-ONLY_QUERIES = "only a query (SELECT, WITH, VALUES, TABLE, or EXPLAIN of one) can run here"
+ONLY_QUERIES = "only a query runs here: SELECT, WITH, VALUES, TABLE, or EXPLAIN of one"
 
 # Statement kinds whose name the generic rule (the node's name in capitals) would spell badly.
 _KINDS = {"TransactionStmt": "transaction control (BEGIN, COMMIT, ROLLBACK, SAVEPOINT)",
@@ -91,9 +91,9 @@ def check_postgres(sql: str) -> str:
     if explain:
         ((kind, body),) = body["query"].items()
         if kind != "SelectStmt":
-            raise WarehouseError(f"read-only: EXPLAIN of {_kind(kind)} is not allowed ({ONLY_QUERIES})")
+            raise WarehouseError(f"read-only: EXPLAIN of {_kind(kind)} is not allowed; {ONLY_QUERIES}")
     if kind != "SelectStmt":
-        raise WarehouseError(f"read-only: {_kind(kind)} is not allowed ({ONLY_QUERIES})")
+        raise WarehouseError(f"read-only: {_kind(kind)} is not allowed; {ONLY_QUERIES}")
     for node, fields in _nodes(body):
         if node.endswith("Stmt") and node != "SelectStmt":
             raise WarehouseError(f"read-only: {_kind(node)} inside a query is not allowed")

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from enum import Enum
-from itertools import islice
+from itertools import chain, islice
 from typing import IO, Annotated, Any
 
 import typer
@@ -86,7 +86,11 @@ def write_rows(
     """Write rows as they come. A value over `max_cell_bytes` is cut, with a note, in a table;
     in CSV and JSON, which must be exact, it is refused (WarehouseError naming its row and column)."""
     out = out or sys.stdout
-    rows = _limited(columns, rows, max_cell_bytes) if max_cell_bytes and fmt is not Format.table else rows
+    if max_cell_bytes and fmt is not Format.table:
+        # The first row is read before anything is written: a refusal there leaves no output.
+        rows = iter(_limited(columns, rows, max_cell_bytes))
+        first = next(rows, None)
+        rows = chain([first], rows) if first is not None else iter(())
     terminal = out.isatty()
     if fmt is Format.table:
         _write_table(columns, rows, out, terminal, max_cell_bytes)
