@@ -215,9 +215,13 @@ def test_cell_limit(url):
     for fmt in ("csv", "json", "jsonl"):
         refused = cli(url, "sql", "-f", fmt, "--max-cell-bytes", "1000", big)
         assert refused.returncode == 1 and refused.stdout == "", refused.stdout[:100]
-        assert refused.stderr.strip() == ("Error: row 1, column big: a value of 6,000 bytes is over the cell "
-                                          "limit (1,000 bytes): raise --max-cell-bytes, or cut it in SQL (substr)")
-    whole = cli(url, "sql", "-f", "csv", "--max-cell-bytes", "6000", big)
+        # SQLite refuses to build the value at all; PostgreSQL's arrives and is refused.
+        assert refused.stderr.strip() in (
+            "Error: row 1, column big: a value of 6,000 bytes is over the cell limit (1,000 bytes): "
+            "raise --max-cell-bytes, or cut it in SQL (substr)",
+            "Error: a value would be larger than 1,000 bytes, more than this command reads: "
+            "raise --max-cell-bytes, or cut it in SQL (substr)")
+    whole = cli(url, "sql", "-f", "csv", "--max-cell-bytes", "7000", big)  # SQLite builds 6,003 on the way
     assert whole.stdout.splitlines() == ["big", "y" * 6000]
 
 

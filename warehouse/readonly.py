@@ -326,7 +326,7 @@ def _sqlite_readonly(url: URL, timeout: float, deadline: float, snapshot: bool,
             return "one statement at a time: this text holds more than one (nothing was run)"
         if "too big" in message and max_value_bytes is not None:
             return (f"a value would be larger than {max_value_bytes:,} bytes, more than this command "
-                    f"reads (see --max-cell-bytes)")
+                    f"reads: raise --max-cell-bytes, or cut it in SQL (substr)")
         return f"database error: {message}"
 
     with _connect(_sqlite_engine(path), describe) as conn:
