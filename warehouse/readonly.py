@@ -223,7 +223,7 @@ class ReadSession:
                 cursor = raw.cursor()
                 cursor.execute(statement, values, prepare=True)
             columns = [d[0] for d in cursor.description]
-        return RowStream(columns, iter(lambda: cursor.fetchmany(_BATCH), []), max_rows, self)
+        return RowStream(columns, _batches(cursor), max_rows, self)
 
     def check_deadline(self) -> None:
         if time.monotonic() > self._deadline:
@@ -236,6 +236,14 @@ class ReadSession:
             yield
         except self._driver_error as exc:
             raise WarehouseError(self._describe_error(exc)) from None
+
+
+def _batches(cursor) -> Iterator[list[tuple]]:
+    while True:
+        batch = cursor.fetchmany(_BATCH)
+        yield batch
+        if len(batch) < _BATCH:  # the last one: no further round trip to learn there is none
+            return
 
 
 def _compile(sql: str, params: Mapping[str, Any], dialect) -> tuple[str, Any]:
