@@ -79,7 +79,7 @@ def test_downgrade_below_0006_keeps_byte_identical_units(engine, tmp_path):
     assert ingest(engine, [str(tmp_path / "ds")]).units_loaded == 2
     with pytest.raises(WarehouseError, match="1 ledger rows .* are byte-identical copies"):
         schema.downgrade(engine, "0005")
-    assert schema.current_revision(engine) == "0006"
+    assert schema.current_revision(engine) == schema.HEAD_REVISION
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM episode_loads WHERE load_id = (SELECT max(id) FROM loads)"))
         conn.execute(text("DELETE FROM trial_loads WHERE load_id = (SELECT max(id) FROM loads)"))

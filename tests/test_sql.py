@@ -14,7 +14,7 @@ from sqlalchemy import text
 import query_fixture
 from query_fixture import cli
 from warehouse.errors import WarehouseError
-from warehouse.readonly import run_readonly, split_statements
+from warehouse.readonly import run_readonly
 
 TRIALS = 22  # in tests/query_fixture.py
 
@@ -52,10 +52,11 @@ WRITES = [
 
 
 @pytest.mark.parametrize("sql", WRITES)
-def test_writes_are_refused(url, engine, sql):
+def test_writes_are_refused(url, engine, backend, sql):
     message = assert_refused(url, engine, sql)
     if ";" in sql:
-        assert "one statement at a time" in message
+        # SQLite compiles the first statement before it looks past it: a write is refused first.
+        assert "one statement at a time" in message or (backend == "sqlite" and "read-only" in message)
     else:
         assert "read-only" in message
 
@@ -89,6 +90,7 @@ def test_postgres_specific_writes_are_refused(url, engine, sql):
 
 
 def test_time_limit(url):
+    """The limit holds for the whole command: a long statement, and a long output."""
     slow = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 1000000000) "
             "SELECT count(*) FROM c")
     started = time.monotonic()
@@ -96,6 +98,9 @@ def test_time_limit(url):
     assert done.returncode == 1
     assert done.stderr.strip() == "Error: the query ran longer than the time limit (1 s; see --timeout)"
     assert time.monotonic() - started < 15
+    endless = "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT n FROM c"
+    printing = cli(url, "sql", "--timeout", "1", "--max-rows", "100000000", endless)
+    assert printing.returncode == 1 and printing.stderr.strip().endswith("(1 s; see --timeout)")
 
 
 def test_row_cap(url):
@@ -162,11 +167,71 @@ def test_library_read_path(url, engine):
     assert trial_count(engine) == TRIALS
 
 
-def test_statement_splitting():
-    assert split_statements("SELECT 1;") == ["SELECT 1"]
-    assert split_statements("SELECT ';' AS x -- ; \n /* ; */") == ["SELECT ';' AS x -- ; \n /* ; */"]
-    assert len(split_statements('SELECT "a;b" FROM t; SELECT 2')) == 2
-    assert split_statements("SELECT $$ ; $$, $tag$ ; $tag$") == ["SELECT $$ ; $$, $tag$ ; $tag$"]
-    assert split_statements("SELECT E'it\\'s; fine'") == ["SELECT E'it\\'s; fine'"]
-    assert split_statements("SELECT 'it''s; fine'") == ["SELECT 'it''s; fine'"]
-    assert split_statements(" ; ;\n") == []
+ESCAPES = "\x1b]0;pwned\x07\x1b[31mred\x1b[0m \x9b2J"
+
+
+def test_terminal_escapes_are_made_visible(url, engine, tmp_path):
+    """Stored text with escape sequences: shown visibly in a table, exact in CSV to a pipe; an
+    error message and an ingest error naming such a file hold no raw control character."""
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE messages SET content = :c WHERE content = 'done'"), {"c": ESCAPES})
+    sql = "SELECT DISTINCT content FROM messages WHERE content LIKE '%pwned%'"
+    table = cli(url, "sql", sql)
+    assert table.returncode == 0, table.stderr
+    assert "\x1b" not in table.stdout and "\x07" not in table.stdout and "\x9b" not in table.stdout
+    assert "␛]0;pwned␇␛[31mred" in table.stdout and "<U+009B>2J" in table.stdout
+    exact = cli(url, "sql", "-f", "csv", sql)
+    assert exact.stdout.splitlines()[1] == ESCAPES
+    as_json = cli(url, "sql", "-f", "json", sql)
+    assert json.loads(as_json.stdout) == [{"content": ESCAPES}]
+
+    error = cli(url, "sql", 'SELECT * FROM "\x1b[31mnope"')
+    assert error.returncode == 1 and "\x1b" not in error.stderr and "␛[31mnope" in error.stderr
+
+    bad = tmp_path / "bad\x1b]0;pwned\x07.parquet"
+    bad.write_bytes(b"not parquet")
+    ingest = cli(url, "ingest", str(bad))
+    assert ingest.returncode == 1 and "not a readable Parquet file" in ingest.stderr
+    assert "\x1b" not in ingest.stderr and "\x07" not in ingest.stderr and "␛]0;pwned␇" in ingest.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "1e10", "forever"])
+def test_time_limit_must_be_a_finite_positive_number(url, value):
+    done = cli(url, "sql", "--timeout", value, "SELECT 1")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "--timeout" in done.stderr
+    with pytest.raises(WarehouseError, match="time limit"):
+        run_readonly(url, "SELECT 1", timeout=float(value) if value != "forever" else -1)
+
+
+def test_cell_limit(url):
+    """A value over --max-cell-bytes: cut with a note in a table, refused (nothing written) in
+    CSV and JSON, printed whole when the limit is raised."""
+    big = ("SELECT replace(substr(quote(zeroblob(3000)), 3, 6000), '0', 'y') AS big"
+           if url.startswith("sqlite") else "SELECT repeat('y', 6000) AS big")
+    table = cli(url, "sql", "--max-cell-bytes", "1000", big)
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.replace("bytes", "").count("y") == 1000 and "… (cut: 6,000 bytes" in table.stdout
+    for fmt in ("csv", "json", "jsonl"):
+        refused = cli(url, "sql", "-f", fmt, "--max-cell-bytes", "1000", big)
+        assert refused.returncode == 1 and refused.stdout == "", refused.stdout[:100]
+        # SQLite refuses to build the value at all; PostgreSQL's arrives and is refused.
+        assert refused.stderr.strip() in (
+            "Error: row 1, column big: a value of 6,000 bytes is over the cell limit (1,000 bytes): "
+            "raise --max-cell-bytes, or cut it in SQL (substr)",
+            "Error: a value would be larger than 1,000 bytes, more than this command reads: "
+            "raise --max-cell-bytes, or cut it in SQL (substr)")
+    whole = cli(url, "sql", "-f", "csv", "--max-cell-bytes", "7000", big)  # SQLite builds 6,003 on the way
+    assert whole.stdout.splitlines() == ["big", "y" * 6000]
+
+
+def test_table_streams_rows_at_one_width(url):
+    """The table prints every row under the row cap, each cell folded to its column's width."""
+    rows = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 300) "
+            "SELECT n, substr('abcdefghij', 1, n % 10) AS s FROM c")
+    done = cli(url, "sql", "--max-rows", "250", rows)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["n", "│", "s"] and len(lines) == 2 + 250
+    assert lines[-1].split() == ["250", "│"] and lines[-2].split() == ["249", "│", "abcdefghi"]
+    assert "stopped at 250 rows" in done.stderr

@@ -1,25 +1,34 @@
-"""Read-only SQL on either backend, by construction rather than by inspecting the SQL.
+"""Read-only SQL on either backend, by construction rather than by trusting the SQL.
 
 Every query a user can aim at the warehouse (`warehouse sql`, the canned queries, search)
-runs through run_readonly, or readonly_session for an answer that takes several statements:
+runs through run_readonly, stream_readonly, or readonly_session for an answer that takes several
+statements. Layers, each stopping what the ones before it let through (README, "Ad-hoc SQL"):
 
+- One statement, a query, as the backend's own grammar reads it. PostgreSQL: its own parser
+  (warehouse.sqlcheck) before anything is sent, which also refuses the functions that reach
+  beyond the tables. SQLite: the driver compiles one statement only, and an authorizer allows
+  reading and nothing else (SELECT, reading tables, functions but a few, reading PRAGMAs).
+- Sent so the server could not run a second statement: PostgreSQL's extended protocol (a
+  server-side cursor, or a prepared statement for EXPLAIN), never the simple protocol.
+- PostgreSQL: a fresh connection whose only transaction is `READ ONLY`, run as the role
+  `warehouse_reader` (SET LOCAL ROLE; it may only read the warehouse's tables) where the
+  migrations could create it and the connecting user may take it on; rolled back and closed at
+  the end, so nothing a statement changed in the session outlives it.
 - SQLite: a connection of its own (pooled for reuse, see _engine) that opens the file as every
   reader does (warehouse.db.engine.sqlite_read_connection: `PRAGMA query_only`, and `mode=ro`
-  unless that would leave files behind), so the library itself refuses every write; an
-  authorizer also refuses what those two let through (ATTACH, DETACH, PRAGMAs that set
-  something, transaction control); a progress handler enforces the time limit.
-- PostgreSQL: a fresh connection whose only transaction is `READ ONLY`, with
-  `SET LOCAL statement_timeout`; it is rolled back and closed at the end, so even session
-  settings a statement changed do not outlive it.
+  unless that would leave files behind), so the library itself refuses every write.
+- Limits: a deadline over the whole session (SQLite's progress handler, PostgreSQL's
+  statement_timeout, and a look at the clock for every row handed out, so printing counts
+  too); rows handed out one at a time under a row cap; on SQLite, optionally a cap on the size
+  of any one value (SQLITE_LIMIT_LENGTH), which bounds what a statement can build in memory.
 
-One statement per call: text holding a second statement is refused before anything runs. The
-statements of one session read one snapshot (a read transaction on SQLite, REPEATABLE READ on
-PostgreSQL).
+The statements of one session read one snapshot (a read transaction on SQLite, REPEATABLE READ
+on PostgreSQL).
 """
 
 from __future__ import annotations
 
-import re
+import math
 import sqlite3
 import threading
 import time
@@ -33,14 +42,21 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError, StatementError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool, QueuePool
 
 from warehouse.db.engine import resolve_url, sqlite_path, sqlite_read_connection
 from warehouse.errors import WarehouseError, first_line
+from warehouse.sqlcheck import ONLY_QUERIES, SQLITE_DENIED_FUNCTIONS
 
 DEFAULT_TIMEOUT = 30.0
+MAX_TIMEOUT = 86_400.0  # a day: past that a limit is a typo, and PostgreSQL's would overflow
 DEFAULT_MAX_ROWS = 10_000
+READER_ROLE = "warehouse_reader"  # created and granted by migration 0007
+
+# Rows fetched from the driver at a time: large enough to cost nothing per row, small enough
+# that a streamed result never holds much.
+_BATCH = 500
 
 
 @dataclass
@@ -48,6 +64,41 @@ class ReadResult:
     columns: list[str]
     rows: list[tuple[Any, ...]]
     truncated: bool = False  # more rows existed than max_rows
+
+
+class RowStream:
+    """The rows of one statement, handed out as they arrive: iterate it once, inside its
+    session. `truncated` is known once the iteration has ended."""
+
+    def __init__(self, columns: list[str], batches: Iterator[list[tuple]], max_rows: int | None,
+                 session: "ReadSession"):
+        self.columns = columns
+        self.truncated = False  # more rows existed than max_rows
+        self._batches = batches
+        self._max_rows = max_rows
+        self._session = session
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        left = self._max_rows
+        with self._session.errors():
+            for batch in self._batches:
+                for row in batch:
+                    # The clock is read for every row: whoever consumes the rows (a printer)
+                    # is held to the same deadline as the database.
+                    self._session.check_deadline()
+                    if left is not None:
+                        if left == 0:
+                            self.truncated = True
+                            return
+                        left -= 1
+                    yield row
+
+
+def check_timeout(timeout: float) -> None:
+    """A time limit must be a finite number of seconds, more than 0 and at most a day."""
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT):
+        raise WarehouseError(f"the time limit must be a number of seconds more than 0 and at most "
+                             f"{MAX_TIMEOUT:g}, not {timeout}")
 
 
 def run_readonly(
@@ -63,12 +114,30 @@ def run_readonly(
     Returns at most `max_rows` rows (None: all of them) and whether there were more. Raises
     WarehouseError, with a one-line message, for a write, a second statement, a statement
     that outlives `timeout` seconds, or anything the database rejects."""
+    with stream_readonly(url, sql, params, timeout=timeout, max_rows=max_rows) as rows:
+        return ReadResult(rows.columns, list(rows), rows.truncated)
+
+
+@contextmanager
+def stream_readonly(
+    url: URL | str,
+    sql: str,
+    params: Mapping[str, Any] | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_rows: int | None = DEFAULT_MAX_ROWS,
+    max_value_bytes: int | None = None,
+) -> Iterator[RowStream]:
+    """run_readonly's statement, its rows streamed: consume them inside the `with`, where the
+    time limit covers the consuming too. `max_value_bytes` caps any one value a SQLite statement
+    may build or read (a larger one is refused as too big); PostgreSQL's are capped by the server
+    (1 GB)."""
     if isinstance(url, str):
         url = resolve_url(url)
-    _check_timeout(timeout)
-    _check_one_statement(sql)  # before the database is opened: a typo costs no connection
-    with _session(url, timeout, snapshot=False) as session:
-        return session.fetch(sql, params, max_rows=max_rows)
+    check_timeout(timeout)
+    _check_statement(url, sql)  # before the database is opened: a typo costs no connection
+    with _session(url, timeout, snapshot=False, max_value_bytes=max_value_bytes) as session:
+        yield session.stream(sql, params, max_rows=max_rows)
 
 
 @contextmanager
@@ -77,149 +146,121 @@ def readonly_session(url: URL | str, *, timeout: float = DEFAULT_TIMEOUT) -> Ite
     database: what a canned query needs when its answer takes more than one read."""
     if isinstance(url, str):
         url = resolve_url(url)
-    _check_timeout(timeout)
+    check_timeout(timeout)
     with _session(url, timeout, snapshot=True) as session:
         yield session
 
 
 @contextmanager
-def _session(url: URL, timeout: float, *, snapshot: bool) -> Iterator["ReadSession"]:
-    opener = _sqlite_readonly if url.get_backend_name() == "sqlite" else _postgres_readonly
-    with opener(url, timeout, snapshot) as (conn, describe_error):
-        yield ReadSession(conn, describe_error)
+def _session(url: URL, timeout: float, *, snapshot: bool,
+             max_value_bytes: int | None = None) -> Iterator["ReadSession"]:
+    deadline = time.monotonic() + timeout
+    if url.get_backend_name() == "sqlite":
+        opener = _sqlite_readonly(url, timeout, deadline, snapshot, max_value_bytes)
+    else:
+        opener = _postgres_readonly(url, timeout, snapshot)
+    with opener as (conn, describe, driver_error):
+        yield ReadSession(conn, describe, driver_error, deadline, timeout)
+
+
+def _check_statement(url: URL, sql: str) -> str:
+    """What kind of statement `sql` is ("query" or "explain"), checked by the backend's own
+    grammar where that can be done before connecting (PostgreSQL). SQLite's check happens as the
+    statement compiles (the authorizer); "query" stands for it here."""
+    if url.get_backend_name() == "sqlite":
+        return "query"
+    return _check_postgres(sql)
+
+
+@lru_cache(maxsize=256)
+def _check_postgres(sql: str) -> str:
+    # The grammar check reads the text as the server will: its `:name` parameters as $1, $2.
+    from sqlalchemy.dialects.postgresql.psycopg import dialect
+
+    from warehouse.sqlcheck import check_postgres
+
+    return check_postgres(text(sql).compile(dialect=dialect(paramstyle="numeric_dollar")).string)
 
 
 class ReadSession:
     """Statements on one read-only connection (see readonly_session)."""
 
-    def __init__(self, conn: Connection, describe_error: Any):
+    def __init__(self, conn: Connection, describe_error: Callable[[BaseException], str],
+                 driver_error: type[BaseException], deadline: float, timeout: float):
         self._conn = conn
         self._describe_error = describe_error
+        self._driver_error = driver_error  # the base class of the driver's own errors
+        self._cursors = 0  # server-side cursors opened, for their names
+        self._deadline = deadline
+        self._timeout = timeout
 
     def fetch(self, sql: str, params: Mapping[str, Any] | None = None, *,
               max_rows: int | None = DEFAULT_MAX_ROWS) -> ReadResult:
         """One statement, as run_readonly runs it."""
-        _check_one_statement(sql)
-        try:
-            # Under a row cap, stream rows from PostgreSQL (a server-side cursor) so the cap never
-            # pulls a whole table into memory. Only a query can be a cursor; anything else
-            # (EXPLAIN, SHOW) answers in a few rows and is fetched normally.
-            stream = max_rows is not None and self._conn.dialect.name == "postgresql" and _is_query(sql)
-            result = self._conn.execution_options(stream_results=stream).execute(text(sql), dict(params or {}))
-            if not result.returns_rows:
-                return ReadResult([], [])
-            columns = list(result.keys())
-            if stream:
-                rows = [tuple(r) for r in result.fetchmany(max_rows + 1)]
+        rows = self.stream(sql, params, max_rows=max_rows)
+        return ReadResult(rows.columns, list(rows), rows.truncated)
+
+    def stream(self, sql: str, params: Mapping[str, Any] | None = None, *,
+               max_rows: int | None = DEFAULT_MAX_ROWS) -> RowStream:
+        """One statement, its rows streamed (see stream_readonly)."""
+        kind = _check_statement(self._conn.engine.url, sql)
+        statement, values = _compile(sql, params or {}, self._conn.dialect)
+        raw = self._conn.connection.driver_connection
+        with self.errors():
+            if self._conn.dialect.name == "sqlite":
+                cursor = raw.cursor()
+                cursor.execute(statement, values)
+                if cursor.description is None:  # the authorizer let only queries compile
+                    raise WarehouseError("no SQL statement given")
+            elif kind == "query":
+                # A server-side cursor: DECLARE goes out by the extended protocol (one
+                # statement, whatever the text holds), and rows come in batches.
+                self._cursors += 1
+                cursor = raw.cursor(name=f"warehouse_read_{self._cursors}")
+                cursor.execute(statement, values)
             else:
-                # The driver's own tuples: a textual statement's values need no processing, and
-                # making a Row of each costs a third of a large fetch. (A streamed result has
-                # already buffered a row, so it is read through SQLAlchemy.)
-                cursor = result.cursor
-                rows = cursor.fetchall() if max_rows is None else cursor.fetchmany(max_rows + 1)
-            result.close()
-            if max_rows is None:
-                return ReadResult(columns, rows)
-            return ReadResult(columns, rows[:max_rows], len(rows) > max_rows)
-        except DBAPIError as exc:
-            raise WarehouseError(self._describe_error(exc.orig)) from None
-        except StatementError as exc:  # raised before reaching the database
-            missing = re.search(r"value is required for bind parameter '(\w+)'", str(exc))
-            if missing:
-                name = missing.group(1)
-                raise WarehouseError(f"no value for :{name} (give -p {name} VALUE; "
-                                     f"write \\: for a colon that is not a parameter)") from None
-            raise WarehouseError(first_line(exc.orig or exc)) from None
+                # EXPLAIN cannot be a cursor: a prepared statement, which is one statement too.
+                cursor = raw.cursor()
+                cursor.execute(statement, values, prepare=True)
+            columns = [d[0] for d in cursor.description]
+        return RowStream(columns, _batches(cursor), max_rows, self)
+
+    def check_deadline(self) -> None:
+        if time.monotonic() > self._deadline:
+            raise WarehouseError(_too_long(self._timeout))
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """Driver errors, as one-line WarehouseErrors."""
+        try:
+            yield
+        except self._driver_error as exc:
+            raise WarehouseError(self._describe_error(exc)) from None
 
 
-def _check_timeout(timeout: float) -> None:
-    if timeout <= 0:
-        raise WarehouseError("the time limit must be more than 0 seconds")
+def _batches(cursor) -> Iterator[list[tuple]]:
+    while True:
+        batch = cursor.fetchmany(_BATCH)
+        yield batch
+        if len(batch) < _BATCH:  # the last one: no further round trip to learn there is none
+            return
 
 
-def _check_one_statement(sql: str) -> None:
-    count = _count_statements(sql)
-    if count == 0:
-        raise WarehouseError("no SQL statement given")
-    if count > 1:
-        raise WarehouseError(
-            f"one statement at a time: this text holds {count} (nothing was run)")
+def _compile(sql: str, params: Mapping[str, Any], dialect) -> tuple[str, Any]:
+    """`sql` with its `:name` parameters (SQLAlchemy's text() rules: `\\:` is a colon) in the
+    driver's own style, and their values."""
+    compiled = text(sql).compile(dialect=dialect)
+    for name in compiled.params:
+        if name not in params:
+            raise WarehouseError(f"no value for :{name} (give -p {name} VALUE; "
+                                 f"write \\: for a colon that is not a parameter)")
+    if compiled.positional:
+        return compiled.string, tuple(params[name] for name in compiled.positiontup)
+    return compiled.string, {name: params[name] for name in compiled.params}
 
 
-# --- one statement -----------------------------------------------------------------------
-
-@lru_cache(maxsize=256)
-def _count_statements(sql: str) -> int:
-    # Cached: the canned queries send the same few texts again and again.
-    return len(split_statements(sql))
-
-
-_DOLLAR_QUOTE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
-
-
-def split_statements(sql: str) -> list[str]:
-    """The statements in `sql`, split at semicolons outside quotes, quoted names and comments
-    (PostgreSQL dollar quotes and E'' strings included). Empty statements are dropped."""
-    statements: list[str] = []
-    start = i = 0
-    has_code = False  # the current statement holds something other than blanks and comments
-    n = len(sql)
-    while i < n:
-        ch = sql[i]
-        if sql.startswith("--", i):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end + 1
-            continue
-        if sql.startswith("/*", i):
-            end = sql.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-            continue
-        if ch == ";":
-            if has_code:
-                statements.append(sql[start:i].strip())
-            start, has_code = i + 1, False
-            i += 1
-            continue
-        if not ch.isspace():
-            has_code = True
-        if ch in "'\"`[":
-            i = _end_of_quoted(sql, i)
-        elif ch == "$" and (m := _DOLLAR_QUOTE.match(sql, i)):
-            end = sql.find(m.group(0), m.end())
-            i = n if end < 0 else end + len(m.group(0))
-        else:
-            i += 1
-    if has_code:
-        statements.append(sql[start:].strip())
-    return statements
-
-
-def _end_of_quoted(sql: str, i: int) -> int:
-    """The index just past the quoted string or name that starts at sql[i]."""
-    opener = sql[i]
-    closer = "]" if opener == "[" else opener
-    # PostgreSQL's E'…' strings escape with backslashes; everywhere else a quote is doubled.
-    backslashes = opener == "'" and i > 0 and sql[i - 1] in "eE" and (i < 2 or not (sql[i - 2].isalnum() or sql[i - 2] == "_"))
-    j = i + 1
-    while j < len(sql):
-        if backslashes and sql[j] == "\\":
-            j += 2
-            continue
-        if sql[j] == closer:
-            if closer != "]" and sql.startswith(closer, j + 1):  # a doubled quote
-                j += 2
-                continue
-            return j + 1
-        j += 1
-    return len(sql)
-
-
-_QUERY_START = re.compile(r"\s*\(*\s*(select|with|values|table)\b", re.IGNORECASE)
-
-
-def _is_query(sql: str) -> bool:
-    body = re.sub(r"(--[^\n]*\n?|/\*.*?\*/)", " ", sql, flags=re.DOTALL)
-    return bool(_QUERY_START.match(body))
+def _too_long(timeout: float) -> str:
+    return f"the query ran longer than the time limit ({timeout:g} s; see --timeout)"
 
 
 # --- SQLite ----------------------------------------------------------------------------
@@ -233,29 +274,45 @@ _SQLITE_PRAGMAS_WITH_ARGUMENT = {
     "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check",
 }
 
-_DENIED = {
-    sqlite3.SQLITE_ATTACH: "ATTACH", sqlite3.SQLITE_DETACH: "DETACH",
-    sqlite3.SQLITE_TRANSACTION: "transaction control", sqlite3.SQLITE_SAVEPOINT: "SAVEPOINT",
-}
+# What a statement may do while it compiles: read, and nothing else. Each action SQLite's
+# authorizer reports that is not here (INSERT, CREATE …, ATTACH, BEGIN, SAVEPOINT, ANALYZE, …)
+# is refused, so the kind of statement is decided by SQLite's own grammar.
+_ALLOWED = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+            sqlite3.SQLITE_RECURSIVE, sqlite3.SQLITE_PRAGMA}
+_ACTIONS = {getattr(sqlite3, f"SQLITE_{name.replace(' ', '_')}"): name for name in (
+    "CREATE INDEX", "CREATE TABLE", "CREATE TEMP INDEX", "CREATE TEMP TABLE", "CREATE TEMP TRIGGER",
+    "CREATE TEMP VIEW", "CREATE TRIGGER", "CREATE VIEW", "CREATE VTABLE", "DELETE", "DROP INDEX",
+    "DROP TABLE", "DROP TEMP INDEX", "DROP TEMP TABLE", "DROP TEMP TRIGGER", "DROP TEMP VIEW",
+    "DROP TRIGGER", "DROP VIEW", "DROP VTABLE", "INSERT", "UPDATE", "ATTACH", "DETACH", "ALTER TABLE",
+    "REINDEX", "ANALYZE", "SAVEPOINT")}
+_ACTIONS[sqlite3.SQLITE_TRANSACTION] = "transaction control (BEGIN, COMMIT, ROLLBACK)"
 
 
 @contextmanager
-def _sqlite_readonly(url: URL, timeout: float, snapshot: bool) -> Iterator[tuple[Connection, Any]]:
+def _sqlite_readonly(url: URL, timeout: float, deadline: float, snapshot: bool,
+                     max_value_bytes: int | None) -> Iterator[tuple[Connection, Any, type[BaseException]]]:
     path = sqlite_path(url)
     if path is None:
         raise WarehouseError("read-only queries need a SQLite file, not an in-memory database")
     if not path.exists():
         raise WarehouseError(f"{path}: no such database file")
     refused: list[str] = []  # why the authorizer said no, for the error message
-    deadline = time.monotonic() + timeout
     timed_out: list[bool] = []
 
     def authorize(action: int, arg1: str | None, arg2: str | None, _db, _trigger) -> int:
-        if action in _DENIED:
-            refused.append(f"{_DENIED[action]} is not allowed")
+        if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master":
+            # SQLite's own, as a virtual table (the search index) is first opened on a
+            # connection; SQLite refuses any statement that would update its schema table.
+            return sqlite3.SQLITE_OK
+        if action not in _ALLOWED:
+            what = _ACTIONS.get(action, f"action {action}")
+            refused.append(f"{what}{f' ({arg1})' if arg1 else ''} is not allowed; {ONLY_QUERIES}")
             return sqlite3.SQLITE_DENY
         if action == sqlite3.SQLITE_PRAGMA and arg2 is not None and arg1 not in _SQLITE_PRAGMAS_WITH_ARGUMENT:
             refused.append(f"PRAGMA {arg1} = … would change a setting")
+            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_FUNCTION and arg2 is not None and arg2.lower() in SQLITE_DENIED_FUNCTIONS:
+            refused.append(f"the function {arg2} is not allowed")
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
 
@@ -267,12 +324,17 @@ def _sqlite_readonly(url: URL, timeout: float, snapshot: bool) -> Iterator[tuple
 
     def describe(exc: BaseException) -> str:
         if timed_out:
-            return f"the query ran longer than the time limit ({timeout:g} s; see --timeout)"
+            return _too_long(timeout)
         if refused:
             return f"read-only: {refused[0]}"
         message = first_line(exc)
         if "readonly database" in message:
             return f"read-only: the statement would write ({message})"
+        if "one statement at a time" in message:
+            return "one statement at a time: this text holds more than one (nothing was run)"
+        if "too big" in message and max_value_bytes is not None:
+            return (f"a value would be larger than {max_value_bytes:,} bytes, more than this command "
+                    f"reads: raise --max-cell-bytes, or cut it in SQL (substr)")
         return f"database error: {message}"
 
     with _connect(_sqlite_engine(path), describe) as conn:
@@ -284,11 +346,15 @@ def _sqlite_readonly(url: URL, timeout: float, snapshot: bool) -> Iterator[tuple
             raw.execute("BEGIN")
         raw.set_authorizer(authorize)
         raw.set_progress_handler(past_deadline, _SQLITE_TICKS)
+        # A cap on any one string or blob a statement builds or reads: randomblob(1e9) is
+        # refused at once instead of taking seconds in one VM step and a gigabyte of memory.
+        length = raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes or -1)
         try:
-            yield conn, describe
+            yield conn, describe, sqlite3.Error
         finally:
             # Down again for closing, which rolls a read transaction back; the connection goes
             # back to its pool as it came.
+            raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length)
             raw.set_authorizer(None)
             raw.set_progress_handler(None, 0)
 
@@ -348,15 +414,19 @@ class _StringAgg:
 # --- PostgreSQL ------------------------------------------------------------------------
 
 @contextmanager
-def _postgres_readonly(url: URL, timeout: float, snapshot: bool) -> Iterator[tuple[Connection, Any]]:
+def _postgres_readonly(url: URL, timeout: float,
+                       snapshot: bool) -> Iterator[tuple[Connection, Any, type[BaseException]]]:
+    import psycopg
+
     def describe(exc: BaseException) -> str:
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate == "57014":  # query_canceled: the statement_timeout fired
-            return f"the query ran longer than the time limit ({timeout:g} s; see --timeout)"
-        # 25006 read_only_sql_transaction; a write inside WITH is refused earlier, when the
-        # query is declared as a cursor.
-        if sqlstate == "25006" or "data-modifying" in str(exc):
+            return _too_long(timeout)
+        # 25006 read_only_sql_transaction, 42501 insufficient_privilege (the reader role).
+        if sqlstate in ("25006", "42501"):
             return f"read-only: {first_line(exc)}"
+        if "multiple commands" in str(exc):  # cannot happen past sqlcheck; said plainly if it does
+            return "one statement at a time: this text holds more than one (nothing was run)"
         return f"database error: {first_line(exc)}"
 
     # A connection of its own (no pool) so nothing a statement does to the session survives it.
@@ -365,13 +435,37 @@ def _postgres_readonly(url: URL, timeout: float, snapshot: bool) -> Iterator[tup
     with _connect(_engine(key, lambda: create_engine(url, poolclass=NullPool)), describe) as conn:
         transaction = conn.begin()
         try:
-            # REPEATABLE READ: every statement of the transaction sees the same snapshot.
+            # REPEATABLE READ: every statement of the transaction sees the same snapshot. The
+            # reader role, where this user may take it on, for the rest of the transaction: the
+            # statements that could change it back (SET, RESET, set_config) are refused by
+            # sqlcheck. All in one round trip, our own text.
             isolation = "ISOLATION LEVEL REPEATABLE READ, " if snapshot else ""
-            conn.exec_driver_sql(f"SET TRANSACTION {isolation}READ ONLY")
-            conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}")
-            yield conn, describe
+            conn.exec_driver_sql(
+                f"SET TRANSACTION {isolation}READ ONLY; "
+                f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}; "
+                f"DO $$BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '{READER_ROLE}' "
+                f"AND pg_has_role(rolname, 'MEMBER')) THEN SET LOCAL ROLE {READER_ROLE}; END IF; END$$")
+            yield conn, describe, psycopg.Error
         finally:
             transaction.rollback()
+
+
+def reader_role_note(engine: Engine) -> str | None:
+    """Why ad-hoc SQL on this PostgreSQL database would not run as the reader role, if it would
+    not: for `db upgrade` to say."""
+    if engine.dialect.name != "postgresql":
+        return None
+    with engine.connect() as conn:
+        exists, member, user = conn.exec_driver_sql(
+            f"SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = '{READER_ROLE}'), "
+            f"EXISTS (SELECT FROM pg_roles WHERE rolname = '{READER_ROLE}' AND pg_has_role(rolname, 'MEMBER')), "
+            "current_user").one()
+    if member:
+        return None
+    fix = (f"CREATE ROLE {READER_ROLE} NOLOGIN and run `warehouse db upgrade` again" if not exists
+           else f"GRANT {READER_ROLE} TO {user}")
+    return (f"`warehouse sql` will run as {user}, not as the read-only role {READER_ROLE} "
+            f"(guarded by its grammar check and function denylist only); a superuser can: {fix}")
 
 
 def _connect(engine, describe) -> Connection:

@@ -16,6 +16,7 @@ from warehouse import __version__
 from warehouse.cli import db as db_cli
 from warehouse.cli.context import State
 from warehouse.db.engine import ENV_VAR
+from warehouse.display import printable
 from warehouse.errors import WarehouseError, first_line
 
 
@@ -82,5 +83,6 @@ def main() -> None:
     try:
         app()
     except WarehouseError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
+        # Made visible: a message may quote a file name or stored text holding escape sequences.
+        print(printable(f"Error: {exc}"), file=sys.stderr)
         sys.exit(1)

@@ -11,6 +11,7 @@ from warehouse.cli.context import state
 from warehouse.db import schema
 from warehouse.db.engine import redact
 from warehouse.errors import SchemaError, WarehouseError
+from warehouse.readonly import reader_role_note
 
 app = typer.Typer(no_args_is_help=True, help="Create, upgrade and check the warehouse schema.")
 
@@ -26,6 +27,8 @@ def upgrade(ctx: typer.Context, revision: str = typer.Argument("head")) -> None:
     after = schema.current_revision(st.engine)
     msg = "already at" if before == after else f"upgraded {before or 'empty'} ->"
     typer.echo(f"{redact(st.url)}: {msg} {after}", err=True)
+    if note := reader_role_note(st.engine):
+        typer.echo(f"note: {note}", err=True)
 
 
 # `-1` (one step down) is a revision, not an unknown option.

@@ -17,6 +17,7 @@ from rich.progress import Progress as RichProgress
 from ingest.pipeline import Progress, ingest as run_ingest
 from warehouse.cli.app import app
 from warehouse.cli.context import state
+from warehouse.cli.output import echo_err
 
 stderr = Console(stderr=True)
 
@@ -97,17 +98,16 @@ def ingest(
         with _sigterm_interrupts():
             engine = state(ctx).write_engine(create=True)
             summary = run_ingest(engine, sources, run=run, keep_going=keep_going, progress=BarProgress(),
-                                 warn=lambda msg: typer.echo(f"Error: {msg}", err=True))
+                                 warn=lambda msg: echo_err(f"Error: {msg}"))
     except KeyboardInterrupt as exc:  # (by now the reader process is stopped and reaped)
         signum = getattr(exc, "signum", signal.SIGINT)
-        typer.echo(f"Error: interrupted ({signum.name}): finished units kept, the current one rolled back",
-                   err=True)
+        echo_err(f"Error: interrupted ({signum.name}): finished units kept, the current one rolled back")
         raise typer.Exit(128 + signum) from None
     for note in summary.notes[:50]:
-        typer.echo(f"warning: {note}", err=True)
+        echo_err(f"warning: {note}")
     if len(summary.notes) > 50:
         typer.echo(f"warning: … and {len(summary.notes) - 50} more (see the conflicts table)", err=True)
     for line in summary.lines():
-        typer.echo(line, err=True)
+        echo_err(line)
     if summary.errors and not keep_going:
         raise typer.Exit(1)

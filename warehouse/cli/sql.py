@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from typing import Annotated, Optional
 
 import typer
@@ -10,8 +12,19 @@ from typer.core import TyperCommand
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, FormatOption, write_rows
-from warehouse.readonly import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, run_readonly
+from warehouse.cli.output import Format, FormatOption, echo_err, write_rows
+from warehouse.display import printable
+from warehouse.errors import WarehouseError
+from warehouse.readonly import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, check_timeout, stream_readonly
+
+DEFAULT_MAX_CELL_BYTES = 10_000_000
+# A table shows a value over the cell limit cut; values up to this many times the limit are read
+# to be cut (a larger one is refused by the database as it is built or read, which bounds memory).
+TABLE_READ_FACTOR = 10
+# The watchdog's margin past --timeout: the database's own limits report first, with a clean
+# message; the watchdog only ends a process stuck where no limit is looked at (one long step in
+# the database, a stalled pipe).
+_WATCHDOG_GRACE = 0.5
 
 
 class _PairOptionCommand(TyperCommand):
@@ -25,6 +38,27 @@ class _PairOptionCommand(TyperCommand):
                 param.nargs = 2
 
 
+def _timeout(value: float) -> float:
+    try:
+        check_timeout(value)
+    except WarehouseError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+def _watchdog(timeout: float) -> None:
+    """End the whole process once `timeout` (and a margin) has passed, whatever it is doing."""
+    message = printable(f"Error: the query ran longer than the time limit ({timeout:g} s; see --timeout)\n")
+
+    def stop() -> None:
+        os.write(2, message.encode())
+        os._exit(1)
+
+    timer = threading.Timer(timeout + _WATCHDOG_GRACE, stop)
+    timer.daemon = True
+    timer.start()
+
+
 @app.command("sql", cls=_PairOptionCommand)
 def sql(
     ctx: typer.Context,
@@ -33,16 +67,25 @@ def sql(
         "-p", "--param", metavar="NAME VALUE", parser=lambda pair: pair,
         help="Bind :NAME in the SQL to VALUE (text; CAST it in SQL for numbers). Repeatable.")] = None,
     fmt: FormatOption = Format.table,
-    timeout: Annotated[float, typer.Option("--timeout", help="Stop the query after this many seconds.")] = DEFAULT_TIMEOUT,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", callback=_timeout,
+        help="Stop after this many seconds (the whole command, printing included).")] = DEFAULT_TIMEOUT,
     max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Print at most this many rows.")] = DEFAULT_MAX_ROWS,
+    max_cell_bytes: Annotated[int, typer.Option(
+        "--max-cell-bytes", min=1,
+        help="Largest value printed: a table cuts a larger one, CSV and JSON refuse it.")] = DEFAULT_MAX_CELL_BYTES,
 ) -> None:
     # Typer keeps a docstring's line breaks in --help, so each paragraph is one line.
-    """Run one read-only SQL statement and print its rows.
+    """Run one read-only SQL query and print its rows.
 
-    Writes of any kind (INSERT, UPDATE, DELETE, DDL, ATTACH, PRAGMAs that set something, writes inside WITH) are refused by the database connection itself; text holding more than one statement is refused before anything runs."""
+    One query only (SELECT, WITH, VALUES, TABLE, or EXPLAIN of one), as the database's own grammar reads it; anything else, a second statement, and functions that reach beyond the warehouse's tables are refused before anything runs. Writes are refused by the connection itself as well."""
     text = sys.stdin.read() if query == "-" else query
+    _watchdog(timeout)
     engine = state(ctx).read_engine()
-    result = run_readonly(engine.url, text, dict(param or []), timeout=timeout, max_rows=max_rows)
-    write_rows(result.columns, result.rows, fmt)
-    if result.truncated:
-        typer.echo(f"(stopped at {max_rows} rows: there are more; raise --max-rows or narrow the query)", err=True)
+    read_limit = max_cell_bytes * (TABLE_READ_FACTOR if fmt is Format.table else 1)
+    with stream_readonly(engine.url, text, dict(param or []), timeout=timeout, max_rows=max_rows,
+                         max_value_bytes=read_limit) as rows:
+        write_rows(rows.columns, rows, fmt, max_cell_bytes=max_cell_bytes)
+        sys.stdout.flush()  # inside the time limit
+    if rows.truncated:
+        echo_err(f"(stopped at {max_rows} rows: there are more; raise --max-rows or narrow the query)")
