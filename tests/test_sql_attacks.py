@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 
@@ -150,24 +149,47 @@ def test_attack(warehouses, scratch, backend, role, sql, outcome):
     assert peak_kb < 1_000_000, (statement, peak_kb)  # the CLI's memory stayed under 1 GB
 
 
+# Runs a command and writes its peak resident memory (KB) to the descriptor its first argument names. A child's ru_maxrss starts
+# at its parent's resident size when it was forked (Linux keeps the high-water mark across
+# exec), so the CLI is forked from this small process rather than from the test worker, whose
+# own size would be all the test saw.
+_PEAK_OF = """
+import os, signal, sys
+report, command = int(sys.argv[1]), sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.close(report)
+    os.execv(command[0], command)
+_, status, usage = os.wait4(pid, 0)
+os.write(report, str(usage.ru_maxrss).encode())
+code = os.waitstatus_to_exitcode(status)
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
 def _run(url: str, statement: str, cwd: str) -> tuple[subprocess.CompletedProcess, int]:
     """The CLI's result and its peak resident memory in KB (its own, read as it is reaped).
     Run from the scratch folder, so a file written relative to the CLI's folder shows too."""
     args = [sys.executable, "-m", "warehouse", "--db", url, "sql", "-f", "csv",
             "--timeout", str(TIMEOUT), "--max-rows", "1000", statement]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, cwd=cwd, env=env)
-    texts: dict[str, str] = {}
-    readers = [threading.Thread(target=lambda name, f: texts.__setitem__(name, f.read()), args=(name, f))
-               for name, f in (("out", proc.stdout), ("err", proc.stderr))]
-    for reader in readers:
-        reader.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
-    for reader in readers:
-        reader.join()
-    return subprocess.CompletedProcess(args, proc.returncode, texts["out"], texts["err"]), usage.ru_maxrss
+    peak_r, peak_w = os.pipe()
+    try:
+        done = subprocess.run([sys.executable, "-c", _PEAK_OF, str(peak_w), *args], capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, cwd=cwd, env=env, timeout=TIMEOUT + 60,
+                              pass_fds=(peak_w,))
+        os.close(peak_w)
+        peak_w = -1
+        peak = os.read(peak_r, 64)
+    finally:
+        if peak_w >= 0:
+            os.close(peak_w)
+        os.close(peak_r)
+    done.args = args
+    return done, int(peak or 0)
 
 
 @pytest.mark.parametrize("role", ["superuser", "ordinary"])
