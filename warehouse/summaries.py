@@ -49,21 +49,42 @@ UNION
 SELECT run_id, NULL FROM touched
 """
 
+# A trial's own conversations: its main trajectory, or each step of a multi-step trial (Harbor's
+# steps/<name>/ folders, stored as "step:<name>"). Subagents ("summarization-…", "step:<name>/…")
+# are not the trial's length. substr, not LIKE: SQLite's LIKE ignores case, PostgreSQL's does not.
+OWN_TRACE = "(e.trace_source = 'main' OR (substr(e.trace_source, 1, 5) = 'step:' AND e.trace_source NOT LIKE '%/%'))"
+
 _TRIAL_LENGTHS = (
     "DELETE FROM trial_lengths WHERE trial_id IN (SELECT trial_id FROM summary_trials)",
-    # The longest main episode is the whole trajectory: an export of every episode repeats the
-    # earlier ones as prefixes. Ties go to the later episode, as in queries/lengths.sql.
-    """
+    # Each own conversation's longest episode is its whole trajectory: an export of every episode
+    # repeats the earlier ones as prefixes. Ties go to the later episode, as in
+    # queries/lengths.sql. A multi-step trial's length is the sum over its steps (each step is a
+    # conversation of its own); a single-step trial's is its longest main episode. The staged
+    # trials' distinct conversations drive the statement: one index walk each.
+    f"""
     INSERT INTO trial_lengths (trial_id, run_id, turns, chars, input_tokens, output_tokens)
-    SELECT tr.id, tr.run_id, e.n_turns, e.n_chars, tr.n_input_tokens, tr.n_output_tokens
-    FROM summary_trials t
+    SELECT tr.id, tr.run_id, sum(e.n_turns), sum(e.n_chars), tr.n_input_tokens, tr.n_output_tokens
+    FROM (SELECT DISTINCT e.trial_id, e.trace_source
+          FROM summary_trials t CROSS JOIN episodes e
+          WHERE e.trial_id = t.trial_id AND {OWN_TRACE}) conversation
+    CROSS JOIN episodes e
     CROSS JOIN trials tr
-    LEFT JOIN episodes e ON e.id = (
+    WHERE e.id = (
         SELECT longest.id FROM episodes longest
-        WHERE longest.trial_id = tr.id AND longest.trace_source = 'main'
+        WHERE longest.trial_id = conversation.trial_id AND longest.trace_source = conversation.trace_source
         ORDER BY longest.n_turns DESC, longest.episode_index DESC
         LIMIT 1)
+      AND tr.id = conversation.trial_id
+    GROUP BY tr.id, tr.run_id, tr.n_input_tokens, tr.n_output_tokens
+    """,
+    # The trials with no conversation: their tokens only.
+    """
+    INSERT INTO trial_lengths (trial_id, run_id, turns, chars, input_tokens, output_tokens)
+    SELECT tr.id, tr.run_id, NULL, NULL, tr.n_input_tokens, tr.n_output_tokens
+    FROM summary_trials t
+    CROSS JOIN trials tr
     WHERE tr.id = t.trial_id
+      AND NOT EXISTS (SELECT 1 FROM trial_lengths l WHERE l.trial_id = tr.id)
     """,
 )
 
