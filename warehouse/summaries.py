@@ -36,7 +36,8 @@ _STAGE = (
 _STAGE_TRIALS = "INSERT INTO summary_trials (trial_id) SELECT id FROM trials WHERE id BETWEEN :first AND :last"
 
 # Every (run, task) a touched trial is in, and its run's unknown task: a trial's task can be
-# filled in later (never changed), so that is the one key it may have left.
+# filled in later, so that is a key it may have left. (The other: the task a trial had while it
+# ran, which the writer hands in, see _LEFT_KEY.)
 _KEYS = """
 INSERT INTO summary_keys (run_id, task_id)
 WITH touched AS (
@@ -53,6 +54,14 @@ SELECT run_id, NULL FROM touched
 # steps/<name>/ folders, stored as "step:<name>"). Subagents ("summarization-…", "step:<name>/…")
 # are not the trial's length. substr, not LIKE: SQLite's LIKE ignores case, PostgreSQL's does not.
 OWN_TRACE = "(e.trace_source = 'main' OR (substr(e.trace_source, 1, 5) = 'step:' AND e.trace_source NOT LIKE '%/%'))"
+
+# A (run, task) key a trial left, unless staged already: a key staged twice would count its
+# trials twice.
+_LEFT_KEY = """
+INSERT INTO summary_keys (run_id, task_id)
+SELECT :run_id, :task_id
+WHERE NOT EXISTS (SELECT 1 FROM summary_keys k WHERE k.run_id = :run_id AND k.task_id = :task_id)
+"""
 
 _TRIAL_LENGTHS = (
     "DELETE FROM trial_lengths WHERE trial_id IN (SELECT trial_id FROM summary_trials)",
@@ -149,10 +158,12 @@ WHERE l.id = :load_id
 """
 
 
-def refresh(conn: Connection, load_id: int, trial_ids: Collection[int], run_ids: Collection[int]) -> None:
+def refresh(conn: Connection, load_id: int, trial_ids: Collection[int], run_ids: Collection[int],
+            left_keys: Collection[tuple[int, int]] = ()) -> None:
     """Bring the summaries up to date with what the unit `load_id` wrote, inside its
     transaction. `trial_ids`: the trials it inserted, filled in or gave new episodes;
-    `run_ids`: the runs of every trial it mentions (those it gave a trial_loads row)."""
+    `run_ids`: the runs of every trial it mentions (those it gave a trial_loads row);
+    `left_keys`: the (run, task) keys its trials were under before it gave them another task."""
     if run_ids:
         conn.execute(text(_RUN_SOURCES), [{"load_id": load_id, "run_id": run_id} for run_id in sorted(run_ids)])
     if not trial_ids:
@@ -164,6 +175,8 @@ def refresh(conn: Connection, load_id: int, trial_ids: Collection[int], run_ids:
     # planned as holding as many rows as the largest unit staged on this connection did.
     conn.execute(text("ANALYZE summary_trials"))
     conn.execute(text(_KEYS))
+    for run_id, task_id in sorted(left_keys):
+        conn.execute(text(_LEFT_KEY), {"run_id": run_id, "task_id": task_id})
     conn.execute(text("ANALYZE summary_keys"))
     for statement in (*_TRIAL_LENGTHS, *_OUTCOMES):
         conn.execute(text(statement))
