@@ -129,6 +129,9 @@ def test_a_finished_trial_replaces_what_was_known_while_it_ran(engine, clean_eng
             assert while_running["trials"][key]["detail"]["hub_fallbacks"] == {"model_provider": "unknown-provider"}
             assert "rewards_source" not in while_running["trials"][key]["detail"]
             assert clean["trials"][key]["detail"]["rewards_source"] == "result.json"
+        else:  # its task was the one config.json names; result.json names another
+            assert (while_running["trials"][key]["task"], clean["trials"][key]["task"]) == (
+                "task-session-chain-analysis", "pinchbench/task-session-chain-analysis")
 
     for trial in running_trials:  # the trials finish: their final files are written
         shutil.rmtree(live / trial.relative_to(finished))

@@ -53,7 +53,7 @@ SELECT run_id, NULL FROM touched
 # A trial's own conversations: its main trajectory, or each step of a multi-step trial (Harbor's
 # steps/<name>/ folders, stored as "step:<name>"). Subagents ("summarization-…", "step:<name>/…")
 # are not the trial's length. substr, not LIKE: SQLite's LIKE ignores case, PostgreSQL's does not.
-OWN_TRACE = "(e.trace_source = 'main' OR (substr(e.trace_source, 1, 5) = 'step:' AND e.trace_source NOT LIKE '%/%'))"
+_OWN_TRACE = "(e.trace_source = 'main' OR (substr(e.trace_source, 1, 5) = 'step:' AND e.trace_source NOT LIKE '%/%'))"
 
 # A (run, task) key a trial left, unless staged already: a key staged twice would count its
 # trials twice.
@@ -75,7 +75,7 @@ _TRIAL_LENGTHS = (
     SELECT tr.id, tr.run_id, sum(e.n_turns), sum(e.n_chars), tr.n_input_tokens, tr.n_output_tokens
     FROM (SELECT DISTINCT e.trial_id, e.trace_source
           FROM summary_trials t CROSS JOIN episodes e
-          WHERE e.trial_id = t.trial_id AND {OWN_TRACE}) conversation
+          WHERE e.trial_id = t.trial_id AND {_OWN_TRACE}) conversation
     CROSS JOIN episodes e
     CROSS JOIN trials tr
     WHERE e.id = (
