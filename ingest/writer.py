@@ -5,7 +5,8 @@ A unit (a Parquet shard, a trial directory) is written in one transaction togeth
 ledger row, so the ledger never claims more than the tables hold. Natural keys decide
 identity: a trial is (run, trial_name), an episode is (trial, trace_source, episode_index),
 a message is the hash of its text. A key seen again with the same content adds only
-provenance; with different content the first version is kept and a conflict is recorded.
+provenance; with different content the first version is kept and a conflict is recorded, but
+for a trial stored while it ran, which its finished version replaces.
 The unit's summary rows (warehouse.summaries) are refreshed in the same transaction.
 """
 
@@ -116,7 +117,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
         try:
             yield writer
             writer.flush()  # the summaries are computed from the rows written
-            summaries.refresh(conn, writer.load_id, writer.touched_trials, writer.linked_runs)
+            summaries.refresh(conn, writer.load_id, writer.touched_trials, writer.linked_runs, writer.left_keys)
             c = writer.counts
             c.n_trials = len(writer._linked)
             conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
@@ -152,6 +153,7 @@ class UnitWriter:
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
         self.linked_runs: set[int] = set()  # and their runs
         self.touched_trials: set[int] = set()  # inserted, filled in or given episodes: to summarize
+        self.left_keys: set[tuple[int, int]] = set()  # (run, task) keys a trial left for another task
         self._next_row = 0
         self._queued_bytes = 0  # text in rows queued but not yet written
         # Tables that held no row when this unit took the write lock: every row they hold now
@@ -168,7 +170,8 @@ class UnitWriter:
     def drop_caches(self) -> None:
         """Free what the unit's caches hold, once the unit is written (its counts stay)."""
         for cache in (self._run_ids, self._task_ids, self._message_ids, self._trial_ids, self._trial_values,
-                      self._episodes, self._linked, self.touched_trials, self.linked_runs, *self._created.values()):
+                      self._episodes, self._linked, self.touched_trials, self.linked_runs, self.left_keys,
+                      *self._created.values()):
             cache.clear()
 
     def flush(self, wait: bool = True) -> None:
@@ -337,16 +340,31 @@ class UnitWriter:
         for key, values in zip(keys, incoming):
             trial_id = self._trial_ids[key]
             if new.get(key) is not values:  # the row a trial was just created from has nothing to add
-                self._merge_trial(trial_id, values)
+                self._merge_trial(key[0], trial_id, values)
             ids.append(trial_id)
         return ids
 
-    def _merge_trial(self, trial_id: int, incoming_row: tuple) -> None:
-        """Fill what the stored trial lacks; record where the two disagree."""
+    def _merge_trial(self, run_id: int, trial_id: int, incoming_row: tuple) -> None:
+        """Fill what the stored trial lacks; record where the two disagree. A trial stored while
+        it ran (incomplete: no result.json yet) is replaced by its finished version, and a
+        snapshot taken while it ran adds nothing to the finished one."""
         if incoming_row == self._trial_values[trial_id]:  # a trial's every row says the same, mostly
             return
         kept = dict(zip(TRIAL_COLUMNS, self._trial_values[trial_id]))
         incoming = dict(zip(TRIAL_COLUMNS, incoming_row))
+        if kept["status"] == "complete" and incoming["status"] == "incomplete":
+            return
+        if kept["status"] == "incomplete" and incoming["status"] == "complete":
+            # What was known while it ran is stale, not a disagreement: every column, detail
+            # whole, becomes the finished trial's, so the row is what a single ingest of the
+            # finished trial leaves. Its task too (a running trial's is guessed from config.json),
+            # unless the finished one names none.
+            if incoming["task_id"] is None:
+                incoming["task_id"] = kept["task_id"]
+            elif kept["task_id"] not in (None, incoming["task_id"]):
+                self.left_keys.add((run_id, kept["task_id"]))
+            self._write_trial(trial_id, kept, {name: value for name, value in incoming.items() if value != kept[name]})
+            return
         fill: dict[str, Any] = {}
         for name in TRIAL_FIELDS:
             new, old = incoming[name], kept[name]
@@ -362,9 +380,13 @@ class UnitWriter:
             fill["status"] = "complete"
         if incoming["detail"] and incoming["detail"] != kept["detail"]:
             fill["detail"] = {**(incoming["detail"] or {}), **(kept["detail"] or {})}
-        if fill:
-            self._execute(update(T["trials"]).where(T["trials"].c.id == trial_id).values(**fill))
-            kept.update(fill)
+        self._write_trial(trial_id, kept, fill)
+
+    def _write_trial(self, trial_id: int, kept: dict[str, Any], changes: dict[str, Any]) -> None:
+        """Store `changes` to the trial whose TRIAL_COLUMNS are `kept`, and summarize it again."""
+        if changes:
+            self._execute(update(T["trials"]).where(T["trials"].c.id == trial_id).values(**changes))
+            kept.update(changes)
             self._trial_values[trial_id] = tuple(kept.values())
             self.touched_trials.add(trial_id)
 

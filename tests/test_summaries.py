@@ -18,7 +18,7 @@ from ingest import writer
 from ingest.generate import generate_dataset
 from ingest.pipeline import ingest
 from ingest.records import Episode, Trial, Turn
-from trace_trees import make_trace_tree
+from trace_trees import FIXTURE_JOBS, make_trace_tree
 from warehouse import summaries
 from warehouse.db import models, schema
 from warehouse.queries import QUERIES, run_canned
@@ -36,15 +36,22 @@ def expected(engine) -> dict[str, Any]:
         sources = conn.execute(text(
             "SELECT DISTINCT tr.run_id, l.source_id FROM trial_loads tl "
             "JOIN trials tr ON tr.id = tl.trial_id JOIN loads l ON l.id = tl.load_id")).all()
-    longest: dict[int, tuple[int, int, int]] = {}  # trial -> (turns, index, chars)
+    # A trial's own conversations: "main", or each step ("step:<name>", not its subagents'
+    # "step:<name>/<kind>"); each one's longest episode, summed over them.
+    longest: dict[tuple[int, str], tuple[int, int, int]] = {}  # (trial, source) -> (turns, index, chars)
     for e in episodes:
-        if e["trace_source"] == "main":
-            longest[e["trial_id"]] = max(longest.get(e["trial_id"], (-1, -1, 0)),
-                                         (e["n_turns"], e["episode_index"], e["n_chars"]))
+        source = e["trace_source"]
+        if source == "main" or (source.startswith("step:") and "/" not in source):
+            key = (e["trial_id"], source)
+            longest[key] = max(longest.get(key, (-1, -1, 0)), (e["n_turns"], e["episode_index"], e["n_chars"]))
+    own: dict[int, tuple[int, int]] = {}
+    for (trial_id, _), (turns, _, chars) in longest.items():
+        so_far = own.get(trial_id, (0, 0))
+        own[trial_id] = (so_far[0] + turns, so_far[1] + chars)
     lengths = {}
     breakdown: dict[tuple, list] = defaultdict(list)
     for t in trials:
-        turns, _, chars = longest.get(t["id"], (None, None, None))
+        turns, chars = own.get(t["id"], (None, None))
         lengths[t["id"]] = (t["run_id"], turns, chars, t["n_input_tokens"], t["n_output_tokens"])
         breakdown[(t["run_id"], t["task_id"], t["agent"], t["model"], t["exception_type"])].append(
             (t, turns))
@@ -285,9 +292,10 @@ def test_a_refresh_reads_only_the_rows_under_its_keys(engine):
         run_id = conn.execute(text("SELECT run_id FROM trials WHERE id = :t"), {"t": trial_id}).scalar()
         summaries.refresh(Explaining(conn), load_id, {trial_id}, {run_id})
     assert len(plans) > 20
-    staged = {"t", "k", "touched", "x"}  # staged rows, and the derived table of rows under keys
+    # Staged rows, the derived table of rows under keys, and the staged trials' conversations.
+    staged = {"t", "k", "touched", "x", "conversation"}
     scans = [(s, p) for s, p in plans if p.startswith("SCAN ") and (p.split()[1] not in staged or "USING" in p)]
-    assert scans == []
+    assert [p for s, p in scans] == []
 
 
 def test_a_unit_that_fails_leaves_the_summaries_as_they_were(engine):
@@ -300,6 +308,31 @@ def test_a_unit_that_fails_leaves_the_summaries_as_they_were(engine):
             raise RuntimeError("killed mid-unit")
     assert stored(engine) == before
     assert_exact(engine)
+
+
+def test_a_multi_step_trial_is_as_long_as_its_steps(engine, db_url, tmp_path):
+    """The fixture job: a single-step trial (main: its longest episode, 8 turns) and a 4-step one
+    whose steps fixed-design (longest: 32 turns) and final-summary (2) have trajectories. Each is
+    given a subagent, longer than any of its episodes, which is no part of its length."""
+    jobs = shutil.copytree(FIXTURE_JOBS, tmp_path / "jobs")
+    job = jobs / "pinchbench-147-kimi2.6"
+    chain = job / "task-session-chain-analysis__UGpJKzs"
+    long_trajectory = chain / "steps" / "fixed-design" / "agent" / "trajectory.json"
+    for agent in (job / "task-calendar__8A83BnJ" / "agent", chain / "steps" / "final-summary" / "agent"):
+        shutil.copy(long_trajectory, agent / "trajectory.summarization-1-summary.json")
+    assert ingest(engine, [str(jobs)]).errors == []
+    with engine.connect() as conn:
+        sources = {r[0] for r in conn.execute(text("SELECT DISTINCT trace_source FROM episodes"))}
+        lengths = dict(((r[0], (r[1], r[2])) for r in conn.execute(text(
+            "SELECT t.trial_name, l.turns, l.chars FROM trial_lengths l JOIN trials t ON t.id = l.trial_id"))))
+    assert {"summarization-1-summary", "step:final-summary/summarization-1-summary"} <= sources
+    assert lengths == {"task-calendar__8A83BnJ": (8, 1837),
+                       "task-session-chain-analysis__UGpJKzs": (32 + 2, 84038 + 1397)}
+    assert_exact(engine)
+    rows = run_canned(db_url, QUERIES["lengths"]).rows
+    assert {row[1]: row[2] for row in rows} == {"turns": 2, "chars": 2, "input_tokens": 2, "output_tokens": 2}
+    assert {row[1]: row[5] for row in rows}["turns"] == 34
+    assert assert_queries_match_definitions(db_url) > 30
 
 
 def test_a_trace_trial_completed_later(engine, db_url, tmp_path):

@@ -36,7 +36,8 @@ _STAGE = (
 _STAGE_TRIALS = "INSERT INTO summary_trials (trial_id) SELECT id FROM trials WHERE id BETWEEN :first AND :last"
 
 # Every (run, task) a touched trial is in, and its run's unknown task: a trial's task can be
-# filled in later (never changed), so that is the one key it may have left.
+# filled in later, so that is a key it may have left. (The other: the task a trial had while it
+# ran, which the writer hands in, see _LEFT_KEY.)
 _KEYS = """
 INSERT INTO summary_keys (run_id, task_id)
 WITH touched AS (
@@ -49,21 +50,50 @@ UNION
 SELECT run_id, NULL FROM touched
 """
 
+# A trial's own conversations: its main trajectory, or each step of a multi-step trial (Harbor's
+# steps/<name>/ folders, stored as "step:<name>"). Subagents ("summarization-…", "step:<name>/…")
+# are not the trial's length. substr, not LIKE: SQLite's LIKE ignores case, PostgreSQL's does not.
+_OWN_TRACE = "(e.trace_source = 'main' OR (substr(e.trace_source, 1, 5) = 'step:' AND e.trace_source NOT LIKE '%/%'))"
+
+# A (run, task) key a trial left, unless staged already: a key staged twice would count its
+# trials twice.
+_LEFT_KEY = """
+INSERT INTO summary_keys (run_id, task_id)
+SELECT :run_id, :task_id
+WHERE NOT EXISTS (SELECT 1 FROM summary_keys k WHERE k.run_id = :run_id AND k.task_id = :task_id)
+"""
+
 _TRIAL_LENGTHS = (
     "DELETE FROM trial_lengths WHERE trial_id IN (SELECT trial_id FROM summary_trials)",
-    # The longest main episode is the whole trajectory: an export of every episode repeats the
-    # earlier ones as prefixes. Ties go to the later episode, as in queries/lengths.sql.
-    """
+    # Each own conversation's longest episode is its whole trajectory: an export of every episode
+    # repeats the earlier ones as prefixes. Ties go to the later episode, as in
+    # queries/lengths.sql. A multi-step trial's length is the sum over its steps (each step is a
+    # conversation of its own); a single-step trial's is its longest main episode. The staged
+    # trials' distinct conversations drive the statement: one index walk each.
+    f"""
     INSERT INTO trial_lengths (trial_id, run_id, turns, chars, input_tokens, output_tokens)
-    SELECT tr.id, tr.run_id, e.n_turns, e.n_chars, tr.n_input_tokens, tr.n_output_tokens
-    FROM summary_trials t
+    SELECT tr.id, tr.run_id, sum(e.n_turns), sum(e.n_chars), tr.n_input_tokens, tr.n_output_tokens
+    FROM (SELECT DISTINCT e.trial_id, e.trace_source
+          FROM summary_trials t CROSS JOIN episodes e
+          WHERE e.trial_id = t.trial_id AND {_OWN_TRACE}) conversation
+    CROSS JOIN episodes e
     CROSS JOIN trials tr
-    LEFT JOIN episodes e ON e.id = (
+    WHERE e.id = (
         SELECT longest.id FROM episodes longest
-        WHERE longest.trial_id = tr.id AND longest.trace_source = 'main'
+        WHERE longest.trial_id = conversation.trial_id AND longest.trace_source = conversation.trace_source
         ORDER BY longest.n_turns DESC, longest.episode_index DESC
         LIMIT 1)
+      AND tr.id = conversation.trial_id
+    GROUP BY tr.id, tr.run_id, tr.n_input_tokens, tr.n_output_tokens
+    """,
+    # The trials with no conversation: their tokens only.
+    """
+    INSERT INTO trial_lengths (trial_id, run_id, turns, chars, input_tokens, output_tokens)
+    SELECT tr.id, tr.run_id, NULL, NULL, tr.n_input_tokens, tr.n_output_tokens
+    FROM summary_trials t
+    CROSS JOIN trials tr
     WHERE tr.id = t.trial_id
+      AND NOT EXISTS (SELECT 1 FROM trial_lengths l WHERE l.trial_id = tr.id)
     """,
 )
 
@@ -128,10 +158,12 @@ WHERE l.id = :load_id
 """
 
 
-def refresh(conn: Connection, load_id: int, trial_ids: Collection[int], run_ids: Collection[int]) -> None:
+def refresh(conn: Connection, load_id: int, trial_ids: Collection[int], run_ids: Collection[int],
+            left_keys: Collection[tuple[int, int]] = ()) -> None:
     """Bring the summaries up to date with what the unit `load_id` wrote, inside its
     transaction. `trial_ids`: the trials it inserted, filled in or gave new episodes;
-    `run_ids`: the runs of every trial it mentions (those it gave a trial_loads row)."""
+    `run_ids`: the runs of every trial it mentions (those it gave a trial_loads row);
+    `left_keys`: the (run, task) keys its trials were under before it gave them another task."""
     if run_ids:
         conn.execute(text(_RUN_SOURCES), [{"load_id": load_id, "run_id": run_id} for run_id in sorted(run_ids)])
     if not trial_ids:
@@ -143,6 +175,8 @@ def refresh(conn: Connection, load_id: int, trial_ids: Collection[int], run_ids:
     # planned as holding as many rows as the largest unit staged on this connection did.
     conn.execute(text("ANALYZE summary_trials"))
     conn.execute(text(_KEYS))
+    for run_id, task_id in sorted(left_keys):
+        conn.execute(text(_LEFT_KEY), {"run_id": run_id, "task_id": task_id})
     conn.execute(text("ANALYZE summary_keys"))
     for statement in (*_TRIAL_LENGTHS, *_OUTCOMES):
         conn.execute(text(statement))

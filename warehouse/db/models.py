@@ -325,8 +325,8 @@ class RunTaskOutcome(Base):
 
 
 class TrialLength(Base):
-    """Each trial's trajectory length: the turns and characters of its longest main episode
-    (NULL without one) and its token counts, indexed per run so percentiles are index reads."""
+    """Each trial's trajectory length: the turns and characters of its longest main episode, or
+    of each step's longest summed over a multi-step trial's steps (NULL without one) and its token counts, indexed per run so percentiles are index reads."""
 
     __tablename__ = "trial_lengths"
     __table_args__ = tuple(

@@ -201,7 +201,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         name="lengths",
         description=(
             "Trajectory lengths by run: median, p90 and max of turns, characters and tokens.\n\n"
-            "turns and chars measure each trial's longest main episode (its whole trajectory); "
+            "turns and chars measure each trial's longest main episode (its whole trajectory), or "
+            "for a multi-step trial the sum of each step's longest; subagents do not count. "
             "input_tokens and output_tokens are the trials' token counts where known. n is how many "
             "trials had the measure. Percentiles interpolate linearly between ranks."
         ),

@@ -1,5 +1,5 @@
 -- Per run: how many trials have each length measure (turns and chars come from the same
--- episode, so they share a count). The percentiles are then read by rank from trial_lengths'
+-- episodes, so they share a count). The percentiles are then read by rank from trial_lengths'
 -- per-run indexes (lengths_ranks.sql), in Python: no portable SQL picks a rank per group fast.
 SELECT r.run_key, r.id AS run_id,
        sum(o.n_with_trajectory) AS turns,
