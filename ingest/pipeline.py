@@ -15,7 +15,7 @@ from ingest.prepare import Batch
 from ingest.report import IngestStopped, Progress, Summary, fail, is_fatal, one_unit, relative_unit
 from ingest.sources import Source, resolve
 from ingest.worker import Reader, WorkerDied
-from warehouse.errors import WarehouseError
+from warehouse.errors import WarehouseError, interruption
 
 HASH_CHUNK = 1 << 20
 
@@ -58,6 +58,8 @@ def ingest(
             except IngestStopped:  # a full disk, a lost connection: reported by one_unit
                 break
             except Exception as exc:  # the same between units (the ledger asked, a source recorded)
+                if (stop := interruption(exc)) is not None:
+                    raise stop from None
                 if is_fatal(summary, warn, source.root, exc):
                     break
                 raise

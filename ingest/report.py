@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ingest import writer
-from warehouse.errors import first_line
+from warehouse.errors import first_line, interruption
 
 
 @dataclass
@@ -143,6 +143,8 @@ def one_unit(summary: Summary, warn: Callable[[str], None], where: object,
     except writer.AlreadyLoaded:
         summary.units_skipped += 1
     except Exception as exc:
+        if (stop := interruption(exc)) is not None:
+            raise stop from None
         if is_fatal(summary, warn, where, exc):
             raise IngestStopped from None
         message = describe(exc)

@@ -35,8 +35,10 @@ from ingest.bulk import PG_WRITE_LOCK
 from ingest.generate import generate_dataset
 from procs import LoadCounter, fresh_database, run_cli, start_cli, units
 
-N_SHARDS = 10
-SCALE = 1.06  # of the math profile: shards of about 1,650 rows, 7 batches each
+# Enough shards that the six stops while loading (each after k units, and a moment later) leave
+# some to load even where units commit fast.
+N_SHARDS = 16
+SCALE = 0.106 * N_SHARDS  # of the math profile: shards of about 1,650 rows, 7 batches each
 TIMEOUT = 60  # seconds
 POLL = 0.05
 EXIT_CODES = {signal.SIGKILL: -signal.SIGKILL, signal.SIGTERM: 143, signal.SIGINT: 130}
@@ -242,7 +244,7 @@ def test_a_stopped_ingest_leaves_no_process_no_lock_and_no_half_unit(backend, tm
                     ingests.append(ingest)
                     ingest.wait_for(lambda: ingest.seen and counter.count() >= before + k,
                                     f"{k} units committed and a reader started")
-                    time.sleep(rng.uniform(0, 0.4))
+                    time.sleep(rng.uniform(0, 0.15))
                     ingest.stop(how)
                     after_stop(ingest, before + k)
             assert 1 + 2 * len(STOPS) <= counter.count() < 1 + N_SHARDS, "the kills left nothing to load"
@@ -299,3 +301,30 @@ def test_a_sqlite_writer_waits_for_the_lock_in_steps_and_still_gives_up_at_the_b
             assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 500  # restored after the steps
     finally:
         engine.dispose()
+
+
+def test_an_error_raised_while_unwinding_from_an_interrupt_is_the_interrupt():
+    """psycopg interrupted mid-statement may fail the rollback that follows ("another command is
+    already in progress"): that error must end the ingest as the interrupt it came from, not
+    count as a failed unit or a lost database (which would go on, or print more lines)."""
+    import psycopg
+
+    from ingest.report import IngestStopped, Summary, one_unit
+
+    def interrupted_then_rollback_fails():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise psycopg.OperationalError("sending query failed: another command is already in progress")
+
+    lines: list[str] = []
+    summary = Summary()
+    with pytest.raises(KeyboardInterrupt):
+        with one_unit(summary, lines.append, "unit", lambda exc: None):
+            interrupted_then_rollback_fails()
+    assert lines == [] and not summary.errors
+    # The same error with no interrupt behind it is a lost connection: one line, the ingest stops.
+    with pytest.raises(IngestStopped):
+        with one_unit(summary, lines.append, "unit", lambda exc: None):
+            raise psycopg.OperationalError("sending query failed: another command is already in progress")
+    assert len(lines) == 1 and "the connection to the database was lost" in lines[0]

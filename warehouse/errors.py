@@ -16,3 +16,16 @@ def first_line(error: BaseException | str) -> str:
     if lines:
         return lines[0]
     return type(error).__name__ if isinstance(error, BaseException) else "unknown error"
+
+
+def interruption(error: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM behind `error`, if it was raised while unwinding from one: a
+    driver interrupted mid-statement may then fail its rollback ("another command is already in
+    progress"), and that error must not pass for a failed unit or a lost database."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

@@ -18,6 +18,7 @@ from ingest.pipeline import Progress, ingest as run_ingest
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import echo_err
+from warehouse.errors import interruption
 
 stderr = Console(stderr=True)
 
@@ -99,8 +100,11 @@ def ingest(
             engine = state(ctx).write_engine(create=True)
             summary = run_ingest(engine, sources, run=run, keep_going=keep_going, progress=BarProgress(),
                                  warn=lambda msg: echo_err(f"Error: {msg}"))
-    except KeyboardInterrupt as exc:  # (by now the reader process is stopped and reaped)
-        signum = getattr(exc, "signum", signal.SIGINT)
+    except (KeyboardInterrupt, Exception) as exc:  # (by now the reader process is stopped and reaped)
+        stop = interruption(exc)
+        if stop is None:
+            raise
+        signum = getattr(stop, "signum", signal.SIGINT)
         echo_err(f"Error: interrupted ({signum.name}): finished units kept, the current one rolled back")
         raise typer.Exit(128 + signum) from None
     for note in summary.notes[:50]:
