@@ -64,7 +64,6 @@ MESSAGE = pa.struct([("content", pa.string()), ("role", pa.string())])
 # trial_name), trace_source and instruction are added when the rows have them.
 HARBOR_COLUMNS = ("agent", "model", "model_provider", "date", "task", "episode", "run_id", "trial_name",
                   "result", "verifier_output")
-TOOLS_AFTER = HARBOR_COLUMNS.index("trial_name") + 1
 # Trial fields that a conflict records per unit, and the Hub column each one came from.
 CONFLICT_COLUMNS = {"agent": "agent", "model": "model", "model_provider": "model_provider", "date_raw": "date",
                     "result": "result", "verifier_output": "verifier_output", "source_run_id": "run_id",
@@ -210,7 +209,7 @@ def _harbor_schema(conn: Connection, where: list) -> pa.Schema:
     fields = [pa.field("conversations", pa.list_(MESSAGE))] + [pa.field(c, pa.string()) for c in HARBOR_COLUMNS]
     tools = _tool_definitions_type(conn, where)
     if tools is not None:
-        fields.insert(1 + TOOLS_AFTER, pa.field("tool_definitions", tools))
+        fields.insert([f.name for f in fields].index("trial_name") + 1, pa.field("tool_definitions", tools))
     if _any_row(conn, [*where, EPISODES.c.trace_source != "main"]):
         fields.append(pa.field("trace_source", pa.string()))
     if _any_row(conn, [*where, TRIALS.c.instruction_id.is_not(None)]):
@@ -426,8 +425,9 @@ def _hub_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, 
 
 def _harbor_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
     """A row from a trace directory, with the fallbacks `harbor traces export` applies: the
-    trajectory's agent and model name and tool definitions (kept in episodes.extra), placeholders for a missing model
-    or provider, and the trial name as run_id when the trial has no job."""
+    trajectory's agent and model name and tool definitions (kept in episodes.extra),
+    placeholders for a missing model or provider, and the trial name as run_id when the trial
+    has no job."""
     extra = extra or {}
     values["agent"] = extra.get("agent") or values["agent"]
     values["model"] = extra.get("model") or values["model"] or "unknown-model"
