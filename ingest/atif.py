@@ -18,6 +18,12 @@ from a trace directory has the same keys, roles and texts as the Hub row Harbor 
 - a subagent trajectory is one complete conversation (episode 0) in which every agent step,
   the last one included, is followed by its observation, and no `<tools>` block is embedded.
 
+What Harbor's rows leave out is kept beside them, since the trace directory is its only copy: an
+observation that is no turn of its own (on a system or user step, one with no content, e.g. only
+`subagent_trajectory_ref`s, and the last agent step's of each file) goes raw into its step's
+turn extra as "observation"; steps after a file's last episode go raw into that episode's extra
+as "later_steps"; a file's `continued_trajectory_ref` into its episodes' extra.
+
 Everything here works on parsed JSON values; reading files is `ingest.traces`' job. Steps are
 read with `.get()` and anything of an unexpected type is skipped or normalised rather than raised,
 because Harbor's exporter reads trajectories unvalidated too.
@@ -157,6 +163,20 @@ def _assistant_content(step: dict[str, Any]) -> str:
     return "\n".join(parts) if parts else ""
 
 
+def _raw_step(step: dict[str, Any]) -> dict[str, Any]:
+    """A step as the file has it, less the per-token data (see _DROPPED_METRIC_KEYS)."""
+    if "metrics" not in step:
+        return step
+    return {**step, "metrics": _clean_metrics(step["metrics"])}
+
+
+def _keep_observation(turn: Turn | None, step: dict[str, Any]) -> None:
+    """Keep a step's raw observation on its turn when no turn of its own carries it."""
+    observation = step.get("observation")
+    if turn is not None and observation is not None:
+        turn.extra = {**(turn.extra or {}), "observation": observation}
+
+
 def _observation_turn(step: dict[str, Any]) -> Turn | None:
     observation = step.get("observation")
     if not observation or not isinstance(observation, dict):
@@ -218,11 +238,15 @@ def _build_step_turns(
                 content = f"<tools>\n{tools_json}\n</tools>\n\n{body}"
                 tools_added = True
             main = Turn(role="user", content=content, extra=_step_extra(step))
+            _keep_observation(main, step)  # ATIF v1.2+: e.g. the summarization's subagent refs
         elif source == "user":
             main = Turn(role="user", content=_text_for_turn(message), extra=_step_extra(step))
+            _keep_observation(main, step)
         elif source == "agent":
             main = Turn(role="assistant", content=_assistant_content(step), extra=_step_extra(step))
             observation = _observation_turn(step)
+            if observation is None:
+                _keep_observation(main, step)
         # Any other source is not exported by Harbor either.
         out.append(_StepTurns(source, bool(step.get("is_copied_context")), main, observation))
     return out
@@ -254,7 +278,11 @@ def _episode_extra(file: TrajectoryFile, ctx: RenderContext, *, subagent: bool) 
     extra["model"] = agent.get("model_name") or ctx.model
     tools = agent.get("tool_definitions")
     if tools and not subagent:
-        extra["tool_definitions"] = tools
+        # As JSON text: the keys' order is the field order of the Arrow structs Harbor's export
+        # writes, and PostgreSQL's jsonb would sort them.
+        extra["tool_definitions"] = json.dumps(tools, ensure_ascii=False)
+    if file.data.get("continued_trajectory_ref") is not None:
+        extra["continued_trajectory_ref"] = file.data["continued_trajectory_ref"]
     return extra
 
 
@@ -274,7 +302,8 @@ def render_main_episodes(
         prefix: list[Turn] = []
         count = 0
         multimodal = False
-        for st in step_turns:
+        last_end = -1  # index of the step that ends the file's last episode
+        for i, st in enumerate(step_turns):
             if st.main is not None:
                 prefix.append(st.main)
                 multimodal = multimodal or bool(st.main.extra and st.main.extra.get("multimodal"))
@@ -291,9 +320,18 @@ def render_main_episodes(
                     )
                 )
                 count += 1
+                last_end = i
             if st.source == "agent" and st.observation is not None:
                 prefix.append(st.observation)
                 multimodal = multimodal or bool(st.observation.extra.get("multimodal"))
+        if count:
+            # What no episode of this file holds: the last episode's own observation and any
+            # later steps.
+            if step_turns[last_end].observation is not None:
+                _keep_observation(step_turns[last_end].main, steps[last_end])
+            later = steps[last_end + 1:]
+            if later:
+                episodes[-1].extra["later_steps"] = [_raw_step(s) for s in later]
         offset += count
     return episodes
 

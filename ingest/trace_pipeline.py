@@ -53,8 +53,7 @@ def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit
         with writer.unit(engine, source_id, unit_name, content_hash) as w:
             if job is not None:
                 w.add_runs([job])
-            # A job's run is named for its directory; any other run's key is its name already.
-            w.add_trials([trial], {run_key: Path(unit.job_dir).name if unit.job_dir else run_key})
+            w.add_trials([trial], {run_key: traces.run_name_for(unit, run)})
         if unit.job_dir is not None:
             jobs_seen.add(unit.job_dir)
         summary.add(w.counts)

@@ -416,6 +416,20 @@ def run_key_for(unit: TraceUnit, run_override: str | None = None) -> str:
         return run_override
     if unit.job_dir is not None:
         return Path(os.path.abspath(unit.job_dir)).name
+    return _folder_name(unit)
+
+
+def run_name_for(unit: TraceUnit, run_override: str | None = None) -> str:
+    """The run's readable name (runs.name), whatever its key: the job directory's name, else
+    `run_override`, else the name of the folder holding the trial. A trial whose config names a
+    job UUID but whose folder has no job files is named for that folder, not its UUID."""
+    if unit.job_dir is not None:
+        return Path(os.path.abspath(unit.job_dir)).name
+    return run_override or _folder_name(unit)
+
+
+def _folder_name(unit: TraceUnit) -> str:
+    """The folder holding the trial, or for an RL `trace_jobs/` folder the folder above it."""
     parent = Path(os.path.abspath(unit.path)).parent
     if parent.name == "trace_jobs" and parent.parent.name:
         return parent.parent.name
@@ -660,14 +674,22 @@ def _timing(value: Any) -> dict[str, Any] | None:
 
 
 def _exception_summary(value: Any) -> dict[str, Any] | None:
+    """An exception_info as trial detail keeps it: `occurred_at` raw and, parsed, as UTC
+    (`occurred_at_utc`); `naive_occurred_at` when it had no zone and was taken as UTC."""
     if not isinstance(value, dict):
         return None
-    return {
+    summary = {
         "type": value.get("exception_type"),
         "message": value.get("exception_message"),
         "occurred_at": value.get("occurred_at"),  # naive local time in every Harbor version
         "traceback": value.get("exception_traceback"),
     }
+    occurred, naive = _parse_ts(value.get("occurred_at"))
+    if occurred is not None:
+        summary["occurred_at_utc"] = occurred.isoformat()
+    if naive:
+        summary["naive_occurred_at"] = True
+    return summary
 
 
 _TOKEN_KEYS = ("n_input_tokens", "n_cache_tokens", "n_output_tokens", "cost_usd")
@@ -1127,6 +1149,8 @@ def read_trial(unit: TraceUnit, run_key: str) -> Trial:
                 break
     if exception:
         detail["exception"] = exception
+        if exception.get("naive_occurred_at"):
+            detail["naive_timestamps"] = True  # taken as UTC, as started_at below
     if (d / "exception.txt").is_file():
         detail["exception_txt"] = read_text(d / "exception.txt")
 

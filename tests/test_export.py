@@ -420,6 +420,46 @@ def test_trace_directory_export_reingests_as_the_same_episodes(engine, tmp_path)
     assert (again.episodes_new, again.episodes_duplicate, again.conflicts) == (0, first.episodes_new, 0)
 
 
+def _golden_trial(root: Path, golden: str, name: str = "hello-world__AbCdEfG") -> list[dict]:
+    """A trial directory root/job/<name> holding a golden trajectory and the result.json values
+    its exported rows carry (the trial named `name`, its job UUID a fixed one); returns those
+    rows."""
+    rows = json.loads((FIXTURES / "golden" / f"{golden}.traces.json").read_text())
+    for row in rows:
+        row.update(trial_name=name, run_id=UUID)
+    first = rows[0]
+    trial = root / "job" / first["trial_name"]
+    (trial / "agent").mkdir(parents=True)
+    (trial / "agent" / "trajectory.json").write_bytes((FIXTURES / "golden" / f"{golden}.trajectory.json").read_bytes())
+    config = {"trial_name": first["trial_name"], "job_id": first["run_id"], "agent": {"name": first["agent"]}}
+    (trial / "result.json").write_text(json.dumps({
+        "task_name": first["task"], "trial_name": first["trial_name"], "config": config,
+        "agent_info": {"name": first["agent"], "model_info": {"name": first["model"], "provider": first["model_provider"]}},
+        "verifier_result": {"rewards": {"reward": float(first["result"])}}, "started_at": first["date"]}))
+    return rows
+
+
+def test_trace_export_writes_harbors_tool_definitions_column(engine, tmp_path):
+    rows = _golden_trial(tmp_path / "traces", "openhands/hello-world")
+    assert ingest(engine, [str(tmp_path / "traces")]).errors == []
+    info = export_hub(engine, tmp_path / "out", sources=[str(tmp_path / "traces")])
+    table = pq.read_table(info.files[0])
+    # Every column of Harbor's rows, in Harbor's order, with Harbor's values and types.
+    assert [n for n in table.schema.names if n in rows[0]] == list(rows[0])
+    # The structs' fields in the trajectory's own key order, as `datasets` infers them (the
+    # golden rows were saved with sorted keys).
+    tools = json.loads((FIXTURES / "golden" / "openhands" / "hello-world.trajectory.json").read_text())["agent"]["tool_definitions"]
+    pq.write_table(pa.table({"tool_definitions": [tools]}), tmp_path / "expected.parquet")
+    assert table.schema.field("tool_definitions").type == pq.read_schema(tmp_path / "expected.parquet").field("tool_definitions").type
+    got = table.to_pylist()
+    assert [{k: r[k] for k in rows[0]} for r in got] == rows
+    # A trajectory without tools adds no column.
+    _golden_trial(tmp_path / "plain", "terminus_2/hello-world-invalid-json", "other__1234567")
+    assert ingest(engine, [str(tmp_path / "plain")]).errors == []
+    plain = export_hub(engine, tmp_path / "out2", sources=[str(tmp_path / "plain")])
+    assert "tool_definitions" not in pq.read_schema(plain.files[0]).names
+
+
 # --- export tables -------------------------------------------------------------------------
 
 

@@ -65,14 +65,14 @@ def test_every_sql_parameter_is_declared():
 def test_runs(url):
     rows = run(url, "runs")
     assert approx_rows(rows) == [
-        dict(run_key="run-a", trials=11, complete=10, incomplete=1, pass_rate=4 / 11, mean_reward=0.5,
+        dict(run_key="run-a", name=None, trials=11, complete=10, incomplete=1, pass_rate=4 / 11, mean_reward=0.5,
              errors=1, agents="terminus", models="m1",
              first_started=datetime(2024, 1, 1, 10, tzinfo=timezone.utc),
              last_started=datetime(2024, 1, 1, 14, tzinfo=timezone.utc), sources="fixture-a, fixture-b"),
-        dict(run_key="run-b", trials=9, complete=9, incomplete=0, pass_rate=2 / 9, mean_reward=0.25,
+        dict(run_key="run-b", name=None, trials=9, complete=9, incomplete=0, pass_rate=2 / 9, mean_reward=0.25,
              errors=1, agents="terminus", models="m1, m2", first_started=None, last_started=None,
              sources="fixture-b"),
-        dict(run_key="run-c", trials=2, complete=2, incomplete=0, pass_rate=1.0, mean_reward=1.0,
+        dict(run_key="run-c", name=None, trials=2, complete=2, incomplete=0, pass_rate=1.0, mean_reward=1.0,
              errors=0, agents="openhands", models="m1", first_started=None, last_started=None,
              sources="fixture-a"),
     ]

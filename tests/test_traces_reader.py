@@ -300,7 +300,7 @@ def test_golden_pairs(tmp_path, name, model_info):
     if name.startswith("openhands"):
         first = t.episodes[0].turns[0].content
         assert first.startswith("<tools>\n[\n  {") and "\n</tools>\n\nYou are OpenHands agent" in first
-        assert t.episodes[0].extra["tool_definitions"] == traj["agent"]["tool_definitions"]
+        assert json.loads(t.episodes[0].extra["tool_definitions"]) == traj["agent"]["tool_definitions"]
         # this pair comes from the same Harbor version: the texts match too
         for ep, row in zip(t.episodes, rows):
             assert [x.content for x in ep.turns] == [m["content"] for m in row["conversations"]]

@@ -60,8 +60,8 @@ IN_CHUNK = 500  # ids per `IN (...)`: far below both backends' bound-parameter l
 COMPRESSION = "zstd"
 
 MESSAGE = pa.struct([("content", pa.string()), ("role", pa.string())])
-# Harbor's columns, in the order `harbor traces export` writes them; trace_source and
-# instruction are added when the rows have them.
+# Harbor's columns, in the order `harbor traces export` writes them; tool_definitions (after
+# trial_name), trace_source and instruction are added when the rows have them.
 HARBOR_COLUMNS = ("agent", "model", "model_provider", "date", "task", "episode", "run_id", "trial_name",
                   "result", "verifier_output")
 # Trial fields that a conflict records per unit, and the Hub column each one came from.
@@ -203,14 +203,39 @@ def _union(schemas: list[pa.Schema]) -> pa.Schema:
 
 
 def _harbor_schema(conn: Connection, where: list) -> pa.Schema:
-    """Harbor's standard columns for rows without a Hub schema, plus trace_source when some are
-    subagent or step episodes and instruction when some trial has one."""
+    """Harbor's standard columns for rows without a Hub schema, plus tool_definitions when some
+    trajectory has them, trace_source when some are subagent or step episodes and instruction
+    when some trial has one."""
     fields = [pa.field("conversations", pa.list_(MESSAGE))] + [pa.field(c, pa.string()) for c in HARBOR_COLUMNS]
+    tools = _tool_definitions_type(conn, where)
+    if tools is not None:
+        fields.insert([f.name for f in fields].index("trial_name") + 1, pa.field("tool_definitions", tools))
     if _any_row(conn, [*where, EPISODES.c.trace_source != "main"]):
         fields.append(pa.field("trace_source", pa.string()))
     if _any_row(conn, [*where, TRIALS.c.instruction_id.is_not(None)]):
         fields.append(pa.field("instruction", pa.string()))
     return pa.schema(fields)
+
+
+def _tool_definitions_type(conn: Connection, where: list) -> pa.DataType | None:
+    """The type `datasets` gives Harbor's tool_definitions column (a list of OpenAI function
+    schemas, as structs): Arrow's inference over the rows' distinct values. None when no row
+    has any."""
+    tools = EPISODES.c.extra["tool_definitions"]
+    stmt = select(tools).distinct().select_from(_PROVENANCE).where(*where)
+    values = [_tool_definitions(v) for v in conn.execute(stmt).scalars() if v]
+    if not values:
+        return None
+    try:
+        return pa.array(values).type
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise WarehouseError(f"the trajectories' tool_definitions do not fit one Arrow type ({first_line(exc)})") from None
+
+
+def _tool_definitions(value: Any) -> Any:
+    """A trajectory's tool definitions as episodes.extra keeps them: JSON text, which keeps the
+    keys' order (loads before 2026-12-01 kept the parsed list)."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _load_schema(text: str) -> pa.Schema:
@@ -400,13 +425,15 @@ def _hub_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, 
 
 def _harbor_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
     """A row from a trace directory, with the fallbacks `harbor traces export` applies: the
-    trajectory's agent and model name (kept in episodes.extra), placeholders for a missing model
-    or provider, and the trial name as run_id when the trial has no job."""
+    trajectory's agent and model name and tool definitions (kept in episodes.extra),
+    placeholders for a missing model or provider, and the trial name as run_id when the trial
+    has no job."""
     extra = extra or {}
     values["agent"] = extra.get("agent") or values["agent"]
     values["model"] = extra.get("model") or values["model"] or "unknown-model"
     values["model_provider"] = values["model_provider"] or "unknown-provider"
     values["run_id"] = values["run_id"] or values["trial_name"]
+    values["tool_definitions"] = _tool_definitions(extra.get("tool_definitions"))
     return values
 
 

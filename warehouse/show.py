@@ -60,7 +60,7 @@ def load_trajectory(engine: Engine, ref: str, *, episode: int | None = None,
         ).scalars())
         available = conn.execute(
             select(EPISODES.c.id, EPISODES.c.trace_source, EPISODES.c.episode_index,
-                   EPISODES.c.n_turns, EPISODES.c.n_chars)
+                   EPISODES.c.n_turns, EPISODES.c.n_chars, EPISODES.c.extra)
             .where(EPISODES.c.trial_id == trial_id)
         ).all()
         out["n_episodes"] = len(available)
@@ -116,7 +116,7 @@ def _episode(conn: Connection, ep) -> dict[str, Any]:
     ).all()
     return {
         "trace_source": ep.trace_source, "episode_index": ep.episode_index,
-        "n_turns": ep.n_turns, "n_chars": ep.n_chars,
+        "n_turns": ep.n_turns, "n_chars": ep.n_chars, "extra": ep.extra,
         "turns": [{"idx": t.idx, "role": t.role, "content": join_text(t.content, t.content_raw),
                    "extra": t.extra} for t in turns],
     }
@@ -174,8 +174,53 @@ def to_text(trajectory: dict[str, Any]) -> str:
             lines.append("")
             lines.append(f"[{turn['idx']}] {turn['role']}")
             lines.extend("    " + line for line in printable(turn["content"] or "").split("\n"))
+            lines.extend("    " + line for line in _kept_in_turn(turn["extra"] or {}))
+        extra = ep["extra"] or {}
+        for step in extra.get("later_steps") or []:
+            lines.append("")
+            lines.append(f"[after] {step.get('source')} step {step.get('step_id')} (in no conversation)")
+            lines.extend("    " + line for line in _text_lines(step.get("message")))
+            lines.extend("    " + line for line in _kept_in_turn(step))
+        if extra.get("continued_trajectory_ref"):
+            lines.append("")
+            lines.append(printable(f"(continued in {extra['continued_trajectory_ref']})"))
     if t["verifier_output"]:
         lines.append("")
         lines.append("── verifier output ──")
         lines.extend("    " + line for line in printable(t["verifier_output"]).split("\n"))
     return "\n".join(lines) + "\n"
+
+
+def _kept_in_turn(extra: dict[str, Any]) -> list[str]:
+    """What a trace directory's turn keeps beside its text (see ingest.atif): an observation that
+    no turn of the conversation holds, and subagent trajectories an observation points to."""
+    lines = []
+    observation = extra.get("observation")
+    results = observation.get("results") if isinstance(observation, dict) else None
+    if isinstance(results, list):
+        lines.append("⋯ observation (in no conversation)")
+        for result in results:
+            if isinstance(result, dict):
+                lines.extend("  " + line for line in _text_lines(result.get("content")))
+                lines.extend(_subagent_lines(result.get("subagent_trajectory_ref")))
+    for refs in extra.get("subagent_trajectory_refs") or []:
+        lines.extend(_subagent_lines(refs))
+    return lines
+
+
+def _subagent_lines(refs: Any) -> list[str]:
+    if not isinstance(refs, list):
+        return []
+    labels = [ref.get("trajectory_path") or ref.get("trajectory_id") if isinstance(ref, dict) else None for ref in refs]
+    return [printable(f"→ subagent {label or json.dumps(ref, ensure_ascii=False)}") for label, ref in zip(labels, refs)]
+
+
+def _text_lines(content: Any) -> list[str]:
+    """A message or observation content (text, content parts, or anything) as printable lines."""
+    if content is None or content == "":
+        return []
+    if isinstance(content, list) and all(isinstance(part, dict) and "text" in part for part in content):
+        content = "\n".join(str(part["text"]) for part in content)
+    if not isinstance(content, str):
+        content = json.dumps(content, ensure_ascii=False)
+    return printable(content).split("\n")

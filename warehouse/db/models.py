@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    Computed,
     Float,
     ForeignKey,
     Index,
@@ -29,6 +30,16 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+# A model without its provider prefix: the last '/'-separated segment of `model`
+# ("openrouter/anthropic/claude-sonnet-4" -> "claude-sonnet-4"), computed by the database (see
+# migration 0008). rtrim(m, chars) strips the trailing characters that are not '/'.
+MODEL_NAME_SQL = "substr(model, length(rtrim(model, replace(model, '/', ''))) + 1)"
+
+
+def model_name_column() -> Any:
+    return mapped_column(Text, Computed(MODEL_NAME_SQL))
 
 
 class Base(DeclarativeBase):
@@ -144,7 +155,7 @@ class Trial(Base):
     status: Mapped[str]  # "complete" | "incomplete"
     agent: Mapped[str | None]
     agent_version: Mapped[str | None]
-    model: Mapped[str | None]
+    model: Mapped[str | None]  # as the source wrote it (and as exports write it)
     model_provider: Mapped[str | None]
     result: Mapped[str | None]
     reward: Mapped[float | None]
@@ -166,6 +177,7 @@ class Trial(Base):
     # value could not be stored as is (see warehouse.texts).
     detail: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = created_at()
+    model_name: Mapped[str | None] = model_name_column()  # `model` without its provider prefix
 
 
 class Episode(Base):
@@ -294,6 +306,7 @@ class RunTaskBreakdown(Base):
     n_with_trajectory: Mapped[int]
     n_with_input_tokens: Mapped[int]
     n_with_output_tokens: Mapped[int]
+    model_name: Mapped[str | None] = model_name_column()  # what pass-rate --by model groups by
 
 
 class RunTaskOutcome(Base):

@@ -1,7 +1,8 @@
 -- Pass rate grouped by run, model or agent (--by). A trial succeeds when reward >= --threshold;
--- a trial without a reward is an attempt that failed.
+-- a trial without a reward is an attempt that failed. A model is its model_name: `model` without
+-- its provider prefix, so one model served by several providers is one group.
 SELECT
-    CASE :by WHEN 'model' THEN tr.model WHEN 'agent' THEN tr.agent ELSE r.run_key END AS grp,
+    CASE :by WHEN 'model' THEN tr.model_name WHEN 'agent' THEN tr.agent ELSE r.run_key END AS grp,
     count(*) AS trials,
     sum(CASE WHEN tr.reward >= :threshold THEN 1 ELSE 0 END) AS successes,
     CAST(sum(CASE WHEN tr.reward >= :threshold THEN 1 ELSE 0 END) AS DOUBLE PRECISION)

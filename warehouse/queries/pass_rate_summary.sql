@@ -2,14 +2,14 @@
 -- per run, agent and model first (in the order of the covering index ix_run_task_breakdown_groups),
 -- then into the groups asked for.
 WITH g AS (
-    SELECT b.run_id, b.agent, b.model,
+    SELECT b.run_id, b.agent, b.model_name AS model,
            sum(b.n_trials) AS trials,
            sum(b.n_successes) AS successes,
            sum(b.reward_sum) AS reward_sum,
            sum(b.n_rewards) AS rewards,
            sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END) AS errors
     FROM run_task_breakdown b
-    GROUP BY b.run_id, b.agent, b.model
+    GROUP BY b.run_id, b.agent, b.model_name
 )
 SELECT
     CASE :by WHEN 'model' THEN g.model WHEN 'agent' THEN g.agent ELSE r.run_key END AS grp,

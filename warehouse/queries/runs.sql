@@ -1,4 +1,5 @@
--- One row per run: how many trials, how they ended, who ran them, when, and from which sources.
+-- One row per run: how many trials, how they ended, who ran them, when, from which sources, and
+-- its readable name (a job's folder).
 -- A trial succeeds when reward >= --threshold; mean_reward averages the trials that have a reward.
 SELECT
     r.run_key,
@@ -22,8 +23,9 @@ SELECT
                JOIN trial_loads tl ON tl.trial_id = t2.id
                JOIN loads l ON l.id = tl.load_id
                JOIN sources src ON src.id = l.source_id
-              WHERE t2.run_id = r.id ORDER BY src.name) s) AS sources
+              WHERE t2.run_id = r.id ORDER BY src.name) s) AS sources,
+    r.name
 FROM runs r
 LEFT JOIN trials tr ON tr.run_id = r.id
-GROUP BY r.id, r.run_key
+GROUP BY r.id, r.run_key, r.name
 ORDER BY r.run_key

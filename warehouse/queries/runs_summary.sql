@@ -19,8 +19,9 @@ SELECT
     (SELECT string_agg(s.name, ', ')
        FROM (SELECT DISTINCT src.name FROM run_sources rs
                JOIN sources src ON src.id = rs.source_id
-              WHERE rs.run_id = r.id ORDER BY src.name) s) AS sources
+              WHERE rs.run_id = r.id ORDER BY src.name) s) AS sources,
+    r.name
 FROM runs r
 LEFT JOIN run_task_outcomes o ON o.run_id = r.id
-GROUP BY r.id, r.run_key
+GROUP BY r.id, r.run_key, r.name
 ORDER BY r.run_key
