@@ -466,13 +466,13 @@ class UnitWriter:
         dataset's rows from the main trajectory's (Harbor exports all of them as main
         episode-N); their conversations can. So a row whose key is stored with another
         conversation, or is missing from a trial an earlier unit stored, first looks for the one
-        episode of its trial with its conversation (any trace source, any index) and lands there
-        as a duplicate. Failing that, a missing key is a new episode; a key this unit created
+        episode of its trial with its index and conversation (under any trace source) and lands
+        there as a duplicate. Failing that, a missing key is a new episode; a key this unit created
         with another conversation is another episode the same export holds (another step), kept
         under the next free "<source>#<n>" (as the trace reader names repeated sources); a key
         an earlier unit stored is a conflict."""
         cache = self._episodes
-        suspect = {(k[0], v[2]) for k, v in zip(keys, values) if k in misses or (k in cache and cache[k][1] != v[2])}
+        suspect = {(k[0], k[2], v[2]) for k, v in zip(keys, values) if k in misses or (k in cache and cache[k][1] != v[2])}
         by_content = self._episodes_by_content(suspect) if suspect else {}
         created = self._created["episodes"]
         places = []
@@ -481,7 +481,7 @@ class UnitWriter:
             kept = cache[key][1] if key in cache else new[key][2] if key in new else None
             place = key
             if kept != chash:
-                matches = by_content.get((key[0], chash), ())
+                matches = by_content.get((key[0], key[2], chash), ())
                 if len(matches) == 1 and (kept is not None or key in misses):
                     place = next(iter(matches))
                 elif kept is None:
@@ -489,7 +489,7 @@ class UnitWriter:
                 elif key in new or cache[key][0] in created:
                     place = self._next_free(key, value, new)
                 if place in new and suspect:  # a later row of the batch may have its conversation
-                    by_content.setdefault((key[0], chash), set()).add(place)
+                    by_content.setdefault((key[0], key[2], chash), set()).add(place)
             places.append(place)
         return places
 
@@ -513,24 +513,24 @@ class UnitWriter:
                 return candidate
             n += 1
 
-    def _episodes_by_content(self, wanted: set[tuple[int, str]]) -> dict[tuple[int, str], set[tuple]]:
-        """{(trial_id, conversation_hash): keys of the trial's episodes with that conversation},
-        every trace source; the episodes found are cached. One index search per trial (the
+    def _episodes_by_content(self, wanted: set[tuple[int, int, str]]) -> dict[tuple[int, int, str], set[tuple]]:
+        """{(trial_id, episode_index, conversation_hash): keys of the trial's episodes of that
+        index with that conversation}, every trace source; the episodes found are cached. One index search per trial (the
         episodes' key starts with trial_id), and only for rows whose key did not decide."""
         episodes_t = T["episodes"]
-        hashes = {chash for _, chash in wanted}
+        hashes = {chash for _, _, chash in wanted}
         stmt = select(episodes_t.c.id, episodes_t.c.trial_id, episodes_t.c.trace_source, episodes_t.c.episode_index,
                       episodes_t.c.conversation_hash, episodes_t.c.extra)
-        out: dict[tuple[int, str], set[tuple]] = {}
-        trial_ids = sorted({trial_id for trial_id, _ in wanted})
+        out: dict[tuple[int, int, str], set[tuple]] = {}
+        trial_ids = sorted({trial_id for trial_id, _, _ in wanted})
         for start in range(0, len(trial_ids), 500):
             rows = self._execute(stmt.where(episodes_t.c.trial_id.in_(trial_ids[start:start + 500]),
                                             episodes_t.c.conversation_hash.in_(hashes)))
             for ep_id, trial_id, source, index, chash, extra in rows:
-                if (trial_id, chash) in wanted:
+                if (trial_id, index, chash) in wanted:
                     key = (trial_id, source, index)
                     self._episodes.setdefault(key, (ep_id, chash, _extra_key(extra)))
-                    out.setdefault((trial_id, chash), set()).add(key)
+                    out.setdefault((trial_id, index, chash), set()).add(key)
         return out
 
     def _row_numbers(self, given: Sequence[int | None]) -> Sequence[int]:
