@@ -56,7 +56,9 @@ class UnitCounts:
     n_trials: int = 0
     n_episodes_new: int = 0
     n_episodes_duplicate: int = 0
-    n_conflicts: int = 0
+    n_conflicts: int = 0  # episodes whose conversation differs from the stored one's
+    n_trial_conflicts: int = 0  # trials with a field that differs from the stored trial's
+    n_conflict_rows: int = 0  # rows written to `conflicts`: the episodes', and one per trial field
     n_rejected: int = 0
     n_turns: int = 0
     n_bytes: int = 0
@@ -122,7 +124,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
                 status="loaded", finished_at=datetime.now(timezone.utc), n_rows=c.n_rows,
                 n_trials=c.n_trials, n_episodes_new=c.n_episodes_new,
-                n_episodes_duplicate=c.n_episodes_duplicate, n_conflicts=c.n_conflicts,
+                n_episodes_duplicate=c.n_episodes_duplicate, n_conflicts=c.n_conflict_rows,
                 n_rejected=c.n_rejected, n_turns=c.n_turns, n_bytes=c.n_bytes,
                 detail={"rejected": [f"{r.where}: {r.reason}" for r in c.rejected[:100]]} if c.rejected else None,
             ))
@@ -148,6 +150,9 @@ class UnitWriter:
         self._message_ids: dict[bytes, int] = {}
         self._trial_ids: dict[tuple[int, str], int] = {}
         self._trial_values: dict[int, tuple] = {}  # TRIAL_COLUMNS of each cached trial
+        # The fields of each trial this unit recorded a conflict for: each once, however many
+        # of the trial's rows repeat it.
+        self._trial_conflicts: dict[int, set[str]] = {}
         self._episodes: dict[tuple[int, str, int], tuple[int, str, bytes | None]] = {}  # id, hash, _extra_key
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
         self.linked_runs: set[int] = set()  # and their runs
@@ -168,7 +173,8 @@ class UnitWriter:
     def drop_caches(self) -> None:
         """Free what the unit's caches hold, once the unit is written (its counts stay)."""
         for cache in (self._run_ids, self._task_ids, self._message_ids, self._trial_ids, self._trial_values,
-                      self._episodes, self._linked, self.touched_trials, self.linked_runs, *self._created.values()):
+                      self._trial_conflicts, self._episodes, self._linked, self.touched_trials, self.linked_runs,
+                      *self._created.values()):
             cache.clear()
 
     def flush(self, wait: bool = True) -> None:
@@ -355,7 +361,7 @@ class UnitWriter:
                 continue
             if old is None:
                 fill[name] = new
-            elif not _same_instant(old, new):
+            elif not _same_instant(old, new) and name not in self._trial_conflicts.get(trial_id, ()):
                 self._conflict("trial", trial_id, name, {name: _jsonable(old)}, {name: _jsonable(new)}, None)
         if kept["task_id"] is None and incoming["task_id"] is not None:
             fill["task_id"] = incoming["task_id"]
@@ -549,7 +555,13 @@ class UnitWriter:
 
     def _conflict(self, entity: str, entity_id: int, field_name: str | None, kept: dict, incoming: dict,
                   row_number: int | None) -> None:
-        self.counts.n_conflicts += 1
+        self.counts.n_conflict_rows += 1
+        if entity == "episode":
+            self.counts.n_conflicts += 1
+        elif entity_id not in self._trial_conflicts:  # a trial counts once, whatever its fields
+            self.counts.n_trial_conflicts += 1
+        if entity == "trial":
+            self._trial_conflicts.setdefault(entity_id, set()).add(field_name)
         if len(self.counts.conflicts) < 20:
             where = f"row {row_number}" if row_number is not None else f"{entity} {entity_id}"
             self.counts.conflicts.append(f"{where}: {entity} {field_name} differs from the stored one")
