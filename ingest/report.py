@@ -24,7 +24,7 @@ class Summary:
     episodes_new: int = 0
     episodes_duplicate: int = 0
     conflicts: int = 0  # conflicting episodes
-    trial_conflicts: int = 0  # conflicting trial fields, each once per trial and unit
+    trial_conflicts: int = 0  # conflicting trials: each once per unit, whatever its fields
     rows_rejected: int = 0
     turns: int = 0
     bytes_read: int = 0

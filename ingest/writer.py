@@ -5,7 +5,8 @@ A unit (a Parquet shard, a trial directory) is written in one transaction togeth
 ledger row, so the ledger never claims more than the tables hold. Natural keys decide
 identity: a trial is (run, trial_name), an episode is (trial, trace_source, episode_index),
 a message is the hash of its text. A key seen again with the same content adds only
-provenance; with different content the first version is kept and a conflict is recorded.
+provenance; with different content the first version is kept and a conflict is recorded
+(unless the conversation finds the row's episode under another key: UnitWriter._place).
 The unit's summary rows (warehouse.summaries) are refreshed in the same transaction.
 """
 
@@ -165,7 +166,8 @@ class UnitWriter:
         self._fresh = self.bulk.empty_tables([T[name] for name in ("runs", "tasks", "messages", "trials", "episodes")])
         # Runs and trials this unit created (while their children's cache is whole): a trial
         # of a new run, or an episode of a new trial, can only come from this unit, so a cache
-        # miss under one is a new row too.
+        # miss under one is a new row too. And its episodes: a key repeated within the unit
+        # with another conversation is another episode (see _place).
         self._created: dict[str, set[int]] = {"runs": set(), "trials": set(), "episodes": set()}
 
     # -- public ------------------------------------------------------------------------------
@@ -478,7 +480,8 @@ class UnitWriter:
         under the next free "<source>#<n>" (as the trace reader names repeated sources); a key
         an earlier unit stored is a conflict."""
         cache = self._episodes
-        suspect = {(k[0], k[2], v[2]) for k, v in zip(keys, values) if k in misses or (k in cache and cache[k][1] != v[2])}
+        suspect = {(k[0], k[2], v[2]) for k, v in zip(keys, values)
+                   if k in misses or (k in cache and cache[k][1] != v[2])}
         by_content = self._episodes_by_content(suspect) if suspect else {}
         created = self._created["episodes"]
         places = []
@@ -521,8 +524,9 @@ class UnitWriter:
 
     def _episodes_by_content(self, wanted: set[tuple[int, int, str]]) -> dict[tuple[int, int, str], set[tuple]]:
         """{(trial_id, episode_index, conversation_hash): keys of the trial's episodes of that
-        index with that conversation}, every trace source; the episodes found are cached. One index search per trial (the
-        episodes' key starts with trial_id), and only for rows whose key did not decide."""
+        index with that conversation}, every trace source; the episodes found are cached. One
+        index search per trial (the episodes' key starts with trial_id), and only for rows whose
+        key did not decide."""
         episodes_t = T["episodes"]
         hashes = {chash for _, _, chash in wanted}
         stmt = select(episodes_t.c.id, episodes_t.c.trial_id, episodes_t.c.trace_source, episodes_t.c.episode_index,
