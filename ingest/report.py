@@ -23,7 +23,8 @@ class Summary:
     trials_incomplete: int = 0
     episodes_new: int = 0
     episodes_duplicate: int = 0
-    conflicts: int = 0
+    conflicts: int = 0  # conflicting episodes
+    trial_conflicts: int = 0  # conflicting trials: each once per unit, whatever its fields
     rows_rejected: int = 0
     turns: int = 0
     bytes_read: int = 0
@@ -38,6 +39,7 @@ class Summary:
         self.episodes_new += counts.n_episodes_new
         self.episodes_duplicate += counts.n_episodes_duplicate
         self.conflicts += counts.n_conflicts
+        self.trial_conflicts += counts.n_trial_conflicts
         self.rows_rejected += counts.n_rejected
         self.turns += counts.n_turns
         self.notes += counts.conflicts
@@ -47,8 +49,9 @@ class Summary:
         out = [
             f"units: {self.units_loaded} loaded, {self.units_skipped} skipped (already loaded), "
             f"{self.units_failed} failed",
-            f"episodes: {self.episodes_new} new, {self.episodes_duplicate} duplicate, "
-            f"{self.conflicts} conflicting; rows rejected: {self.rows_rejected}",
+            f"episodes: {self.episodes_new} new, {self.episodes_duplicate} duplicate; conflicts: "
+            f"{self.conflicts} conflicting episodes, {self.trial_conflicts} conflicting trials; "
+            f"rows rejected: {self.rows_rejected}",
             f"trials: {self.trials} in loaded units ({self.trials_incomplete} incomplete); "
             f"turns written: {self.turns}; {self.seconds:.1f}s",
         ]

@@ -5,7 +5,8 @@ A unit (a Parquet shard, a trial directory) is written in one transaction togeth
 ledger row, so the ledger never claims more than the tables hold. Natural keys decide
 identity: a trial is (run, trial_name), an episode is (trial, trace_source, episode_index),
 a message is the hash of its text. A key seen again with the same content adds only
-provenance; with different content the first version is kept and a conflict is recorded, but
+provenance; with different content the first version is kept and a conflict is recorded
+(unless the conversation finds the row's episode under another key: UnitWriter._place), but
 for a trial stored while it ran, which its finished version replaces.
 The unit's summary rows (warehouse.summaries) are refreshed in the same transaction.
 """
@@ -57,7 +58,9 @@ class UnitCounts:
     n_trials: int = 0
     n_episodes_new: int = 0
     n_episodes_duplicate: int = 0
-    n_conflicts: int = 0
+    n_conflicts: int = 0  # episodes whose conversation differs from the stored one's
+    n_trial_conflicts: int = 0  # trials with a field that differs from the stored trial's
+    n_conflict_rows: int = 0  # rows written to `conflicts`: the episodes', and one per trial field
     n_rejected: int = 0
     n_turns: int = 0
     n_bytes: int = 0
@@ -123,7 +126,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
                 status="loaded", finished_at=datetime.now(timezone.utc), n_rows=c.n_rows,
                 n_trials=c.n_trials, n_episodes_new=c.n_episodes_new,
-                n_episodes_duplicate=c.n_episodes_duplicate, n_conflicts=c.n_conflicts,
+                n_episodes_duplicate=c.n_episodes_duplicate, n_conflicts=c.n_conflict_rows,
                 n_rejected=c.n_rejected, n_turns=c.n_turns, n_bytes=c.n_bytes,
                 detail={"rejected": [f"{r.where}: {r.reason}" for r in c.rejected[:100]]} if c.rejected else None,
             ))
@@ -149,6 +152,9 @@ class UnitWriter:
         self._message_ids: dict[bytes, int] = {}
         self._trial_ids: dict[tuple[int, str], int] = {}
         self._trial_values: dict[int, tuple] = {}  # TRIAL_COLUMNS of each cached trial
+        # The fields of each trial this unit recorded a conflict for: each once, however many
+        # of the trial's rows repeat it.
+        self._trial_conflicts: dict[int, set[str]] = {}
         self._episodes: dict[tuple[int, str, int], tuple[int, str, bytes | None]] = {}  # id, hash, _extra_key
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
         self.linked_runs: set[int] = set()  # and their runs
@@ -162,15 +168,17 @@ class UnitWriter:
         self._fresh = self.bulk.empty_tables([T[name] for name in ("runs", "tasks", "messages", "trials", "episodes")])
         # Runs and trials this unit created (while their children's cache is whole): a trial
         # of a new run, or an episode of a new trial, can only come from this unit, so a cache
-        # miss under one is a new row too.
-        self._created: dict[str, set[int]] = {"runs": set(), "trials": set()}
+        # miss under one is a new row too. And its episodes: a key repeated within the unit
+        # with another conversation is another episode (see _place).
+        self._created: dict[str, set[int]] = {"runs": set(), "trials": set(), "episodes": set()}
 
     # -- public ------------------------------------------------------------------------------
 
     def drop_caches(self) -> None:
         """Free what the unit's caches hold, once the unit is written (its counts stay)."""
         for cache in (self._run_ids, self._task_ids, self._message_ids, self._trial_ids, self._trial_values,
-                      self._episodes, self._linked, self.touched_trials, self.linked_runs, self.left_keys,
+                      self._trial_conflicts, self._episodes, self._linked, self.touched_trials, self.linked_runs,
+                      self.left_keys,
                       *self._created.values()):
             cache.clear()
 
@@ -245,6 +253,7 @@ class UnitWriter:
             self._episodes.clear()
             self._fresh.discard("episodes")
             self._created["trials"].clear()
+            self._created["episodes"].clear()
 
     def _lookup(self, table, key_cols: list[str], keys: list[tuple], value_cols: list[str],
                 parent: str | None = None) -> dict[tuple, tuple]:
@@ -372,7 +381,7 @@ class UnitWriter:
                 continue
             if old is None:
                 fill[name] = new
-            elif not _same_instant(old, new):
+            elif not _same_instant(old, new) and name not in self._trial_conflicts.get(trial_id, ()):
                 self._conflict("trial", trial_id, name, {name: _jsonable(old)}, {name: _jsonable(new)}, None)
         if kept["task_id"] is None and incoming["task_id"] is not None:
             fill["task_id"] = incoming["task_id"]
@@ -406,13 +415,18 @@ class UnitWriter:
         unknown = list(filterfalse(self._episodes.__contains__, keys))
         found = self._lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash", "extra"], parent="trials")
         self._episodes.update({k: (ep_id, chash, _extra_key(extra)) for k, (ep_id, chash, extra) in found.items()})
+        # A key an earlier unit's trial lacks may still be one of its episodes: Harbor exports
+        # each step of a multi-step trial, and each subagent of a per-subagent dataset, under the
+        # keys of a trial's main trajectory (see _place).
+        misses = set() if "episodes" in self._fresh else {
+            k for k in unknown if k not in found and k[0] not in self._created["trials"]}
         message_ids = self._message_ids
         roles, turn_extras = batch.turns.roles, batch.turns.extras
         try:
             turn_messages = list(map(message_ids.__getitem__, batch.turns.digests))
         except KeyError:  # a turn without content (None) is no key: one at a time, then
             turn_messages = [message_ids[digest] if digest is not None else None for digest in batch.turns.digests]
-        if not found and len(unknown) == len(keys) == len(set(keys)):
+        if not found and not misses and len(unknown) == len(keys) == len(set(keys)):
             # Every row is a new episode (a first load): written column by column, and the
             # batch's turns are theirs, in order.
             ep_ids = self._insert_new(episodes_t, key_cols, [trial_column, sources, indexes],
@@ -428,9 +442,7 @@ class UnitWriter:
                 [self.load_id] * len(keys), row_numbers, ep_ids, [None] * len(keys)])
             return
         new: dict[tuple, tuple] = {}
-        for key, *values in zip(keys, turn_counts, n_chars, hashes, extras):
-            if key not in self._episodes and key not in new:
-                new[key] = values
+        places = self._place(keys, list(zip(turn_counts, n_chars, hashes, extras)), misses, new)
         inserted: set[tuple] = set()
         if new:
             key_columns = list(zip(*new))
@@ -448,11 +460,11 @@ class UnitWriter:
             return zip(repeat(ep_id, n_turns), range(n_turns), roles[first:end], turn_messages[first:end],
                        turn_extras[first:end])
 
-        for key, row_number, n_turns, chash, extra, first in zip(keys, row_numbers, turn_counts, hashes, extras,
-                                                                 firsts):
-            ep_id, kept_hash, kept_extra = self._episodes[key]  # kept_extra: its _extra_key
-            if key in inserted:
-                inserted.discard(key)  # a second copy of the key in this unit is a duplicate
+        for key, place, row_number, n_turns, chash, extra, first in zip(keys, places, row_numbers, turn_counts,
+                                                                        hashes, extras, firsts):
+            ep_id, kept_hash, kept_extra = self._episodes[place]  # kept_extra: its _extra_key
+            if place in inserted:
+                inserted.discard(place)  # a second copy of the key in this unit is a duplicate
                 self.counts.n_episodes_new += 1
                 self.counts.n_turns += n_turns
                 turn_rows += rows_of_turns(ep_id, first, n_turns)
@@ -467,11 +479,91 @@ class UnitWriter:
                                 for _, _, role, mid, turn_extra in rows_of_turns(ep_id, first, n_turns)]
                 self._conflict("episode", ep_id, "conversation", {"conversation_hash": kept_hash},
                                {"conversation_hash": chash, "n_turns": n_turns, "turns": conversation}, row_number)
+            if place != key:  # found by its conversation: its own key goes with its provenance
+                extra = _own_key(extra, key)
             # The row's own extra columns, where they differ from the stored episode's.
             own_extra = None if _extra_key(extra) == kept_extra else (extra or {})
             provenance.append((self.load_id, row_number, ep_id, own_extra))
         self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], _columns(turn_rows, 5))
         self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], _columns(provenance, 4))
+
+    def _place(self, keys: list[tuple], values: list[tuple], misses: set[tuple], new: dict[tuple, tuple]
+               ) -> list[tuple]:
+        """The key of the episode each row lands on, filling `new` with the episodes to create
+        ({key: (n_turns, n_chars, conversation_hash, extra)}).
+
+        Natural keys cannot tell apart the steps of a multi-step trial, nor a per-subagent
+        dataset's rows from the main trajectory's (Harbor exports all of them as main
+        episode-N); their conversations can. So a row whose key is stored with another
+        conversation, or is missing from a trial an earlier unit stored, first looks for the one
+        episode of its trial with its index and conversation (under any trace source) and lands
+        there as a duplicate. Failing that, a missing key is a new episode; a key this unit created
+        with another conversation is another episode the same export holds (another step), kept
+        under the next free "<source>#<n>" (as the trace reader names repeated sources); a key
+        an earlier unit stored is a conflict."""
+        cache = self._episodes
+        suspect = {(k[0], k[2], v[2]) for k, v in zip(keys, values)
+                   if k in misses or (k in cache and cache[k][1] != v[2])}
+        by_content = self._episodes_by_content(suspect) if suspect else {}
+        created = self._created["episodes"]
+        places = []
+        for key, value in zip(keys, values):
+            chash = value[2]
+            kept = cache[key][1] if key in cache else new[key][2] if key in new else None
+            place = key
+            if kept != chash:
+                matches = by_content.get((key[0], key[2], chash), ())
+                if len(matches) == 1 and (kept is not None or key in misses):
+                    place = next(iter(matches))
+                elif kept is None:
+                    new[key] = value
+                elif key in new or cache[key][0] in created:
+                    place = self._next_free(key, value, new)
+                if place in new and suspect:  # a later row of the batch may have its conversation
+                    by_content.setdefault((key[0], key[2], chash), set()).add(place)
+            places.append(place)
+        return places
+
+    def _next_free(self, key: tuple, value: tuple, new: dict[tuple, tuple]) -> tuple:
+        """The first "<source>#<n>" key of the trial and index that is free (then queued in
+        `new`, its extra keeping the row's own trace_source) or holds this conversation."""
+        trial_id, source, index = key
+        n = 2
+        while True:
+            candidate = (trial_id, f"{source}#{n}", index)
+            if candidate not in self._episodes and candidate not in new:
+                found = self._lookup(T["episodes"], ["trial_id", "trace_source", "episode_index"], [candidate],
+                                     ["id", "conversation_hash", "extra"], parent="trials")
+                for k, (ep_id, chash, extra) in found.items():
+                    self._episodes[k] = (ep_id, chash, _extra_key(extra))
+            held = self._episodes.get(candidate) or new.get(candidate)
+            if held is None:
+                new[candidate] = (*value[:3], _own_key(value[3], key))
+                return candidate
+            if (held[1] if candidate in self._episodes else held[2]) == value[2]:
+                return candidate
+            n += 1
+
+    def _episodes_by_content(self, wanted: set[tuple[int, int, str]]) -> dict[tuple[int, int, str], set[tuple]]:
+        """{(trial_id, episode_index, conversation_hash): keys of the trial's episodes of that
+        index with that conversation}, every trace source; the episodes found are cached. One
+        index search per trial (the episodes' key starts with trial_id), and only for rows whose
+        key did not decide."""
+        episodes_t = T["episodes"]
+        hashes = {chash for _, _, chash in wanted}
+        stmt = select(episodes_t.c.id, episodes_t.c.trial_id, episodes_t.c.trace_source, episodes_t.c.episode_index,
+                      episodes_t.c.conversation_hash, episodes_t.c.extra)
+        out: dict[tuple[int, int, str], set[tuple]] = {}
+        trial_ids = sorted({trial_id for trial_id, _, _ in wanted})
+        for start in range(0, len(trial_ids), 500):
+            rows = self._execute(stmt.where(episodes_t.c.trial_id.in_(trial_ids[start:start + 500]),
+                                            episodes_t.c.conversation_hash.in_(hashes)))
+            for ep_id, trial_id, source, index, chash, extra in rows:
+                if (trial_id, index, chash) in wanted:
+                    key = (trial_id, source, index)
+                    self._episodes.setdefault(key, (ep_id, chash, _extra_key(extra)))
+                    out.setdefault((trial_id, index, chash), set()).add(key)
+        return out
 
     def _row_numbers(self, given: Sequence[int | None]) -> Sequence[int]:
         """Each row's place in its unit: its own (a shard's row number), or else the next one
@@ -489,7 +581,13 @@ class UnitWriter:
 
     def _conflict(self, entity: str, entity_id: int, field_name: str | None, kept: dict, incoming: dict,
                   row_number: int | None) -> None:
-        self.counts.n_conflicts += 1
+        self.counts.n_conflict_rows += 1
+        if entity == "episode":
+            self.counts.n_conflicts += 1
+        elif entity_id not in self._trial_conflicts:  # a trial counts once, whatever its fields
+            self.counts.n_trial_conflicts += 1
+        if entity == "trial":
+            self._trial_conflicts.setdefault(entity_id, set()).add(field_name)
         if len(self.counts.conflicts) < 20:
             where = f"row {row_number}" if row_number is not None else f"{entity} {entity_id}"
             self.counts.conflicts.append(f"{where}: {entity} {field_name} differs from the stored one")
@@ -501,6 +599,17 @@ class UnitWriter:
 def _columns(rows: list[tuple], width: int) -> list[Sequence[Any]]:
     """Rows of `width` values as columns."""
     return list(zip(*rows)) if rows else [()] * width
+
+
+def _own_key(extra: dict | None, key: tuple) -> dict:
+    """A row's extra columns with the trace_source and episode it arrived under, where it lands on
+    an episode under another key (unless it carried their raw strings already), so that an
+    export of its source writes them back."""
+    _, source, index = key
+    own = dict(extra or {})
+    own.setdefault("trace_source", source)
+    own.setdefault("episode", f"episode-{index}")
+    return own
 
 
 def _extra_key(extra: dict | None) -> bytes | None:

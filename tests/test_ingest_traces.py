@@ -14,7 +14,11 @@ from sqlalchemy import text
 
 from helpers import counts
 from ingest.pipeline import ingest
+from test_export import assert_same_shards
 from trace_trees import make_trace_tree
+from warehouse.db import schema
+from warehouse.db.engine import make_engine, resolve_url
+from warehouse.export import export_hub
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
 JOB_ID = "6a29732a-c34a-4f7e-85bd-ee65fb2d2604"
@@ -185,3 +189,130 @@ def test_trial_directories_get_consecutive_ids_whatever_the_backend(engine, tmp_
     for table in ("trials", "episodes", "messages"):
         ids = [r[0] for r in _rows(engine, f"SELECT id FROM {table} ORDER BY id")]
         assert ids == list(range(ids[0], ids[0] + len(ids))), table
+
+
+# --- Harbor's own exports of a trial directory ----------------------------------------------------
+
+
+def _harbor_export(engine, tmp_path: Path, name: str, keep=lambda row: True) -> Path:
+    """What `harbor traces export` writes for the trials `engine` holds from their trace
+    directories (harbor-formats.md §4.2–4.4): the warehouse's own export (Harbor's columns, each
+    episode the prefix §4.4 builds) made into Harbor's shape. Harbor finds each steps/<name>/ of
+    a multi-step trial as a trial of its own, so its rows are episode-0… again, under the same
+    trial_name, and only merged subagents carry a trace_source column: a step's rows have none,
+    nor has a per-subagent dataset (merge_subagents=False), whose rows are always episode-0."""
+    export_hub(engine, tmp_path / f"{name}-warehouse")
+    rows = [row for row in pq.read_table(next((tmp_path / f"{name}-warehouse").rglob("*.parquet"))).to_pylist()
+            if keep(row)]
+    for row in rows:
+        assert "/" not in row.pop("trace_source")  # no subagent of a step: the step is the row's "main"
+    path = tmp_path / name / "data" / "train-00000-of-00001.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path.parents[1]
+
+
+def _landed(engine, dataset: Path) -> dict[str, list[int]]:
+    """{trace_source: sorted episode indexes} of the episodes the dataset's rows landed on."""
+    got: dict[str, list[int]] = {}
+    for source, index in _rows(engine, """
+            SELECT e.trace_source, e.episode_index FROM episode_loads el JOIN episodes e ON e.id = el.episode_id
+            JOIN loads l ON l.id = el.load_id JOIN sources s ON s.id = l.source_id
+            WHERE s.uri LIKE :uri ORDER BY e.trace_source, e.episode_index""", uri=f"%{dataset.name}"):
+        got.setdefault(source, []).append(index)
+    return got
+
+
+def _no_conflicts(summary) -> bool:
+    return (summary.errors, summary.episodes_new, summary.conflicts, summary.trial_conflicts) == ([], 0, 0, 0)
+
+
+def test_harbor_export_of_a_multi_step_trial_lands_on_its_step_episodes(engine, tmp_path):
+    """Trace directory first: each step's rows (main episode-N, N restarting per step) find the
+    step's episode by their conversation: nothing new, no conflict, and the dataset exports back
+    as it was."""
+    root = _jobs(tmp_path)
+    assert ingest(engine, [str(root)]).errors == []
+    by_step = {source: sorted(i for s, i in _rows(engine, "SELECT trace_source, episode_index FROM episodes")
+                              if s == source) for source in ("main", "step:final-summary", "step:fixed-design")}
+    dataset = _harbor_export(engine, tmp_path, "harbor")
+    before = counts(engine)
+
+    summary = ingest(engine, [str(dataset)])
+    assert _no_conflicts(summary) and summary.episodes_duplicate == 26
+    assert counts(engine)["episodes"] == before["episodes"]
+    assert _landed(engine, dataset) == by_step
+    info = export_hub(engine, tmp_path / "back", sources=[str(dataset)])
+    assert info.notes == [] and assert_same_shards(dataset, tmp_path / "back") == 26
+
+
+def test_harbor_export_of_a_multi_step_trial_loaded_first_takes_its_trace_directory(engine, tmp_path):
+    """Export first: the second step's rows repeat the first step's keys with other
+    conversations, which one export cannot mean as a conflict: they are episodes of their own
+    (main#2). The trace directory then lands on them by conversation: nothing new, no conflict."""
+    maker = make_engine(resolve_url(f"sqlite:///{tmp_path / 'maker.db'}"))
+    schema.upgrade(maker)
+    root = _jobs(tmp_path)
+    ingest(maker, [str(root)])
+    dataset = _harbor_export(maker, tmp_path, "harbor")
+    maker.dispose()
+
+    first = ingest(engine, [str(dataset)])
+    assert (first.errors, first.episodes_new, first.conflicts, first.trial_conflicts) == ([], 26, 0, 0)
+    chain = dict(_rows(engine, """
+        SELECT e.trace_source, count(*) FROM episodes e JOIN trials tr ON tr.id = e.trial_id
+        WHERE tr.trial_name = 'task-session-chain-analysis__UGpJKzs' GROUP BY e.trace_source"""))
+    assert sorted(chain.values()) == [1, 20] and set(chain) == {"main", "main#2"}
+    before = counts(engine)
+
+    then = ingest(engine, [str(root)])
+    assert _no_conflicts(then) and then.episodes_duplicate == 26
+    assert counts(engine)["episodes"] == before["episodes"]
+    info = export_hub(engine, tmp_path / "back", sources=[str(dataset)])
+    assert info.notes == [] and assert_same_shards(dataset, tmp_path / "back") == 26
+    again = ingest(engine, [str(root), str(dataset)])
+    assert (again.units_loaded, again.units_skipped) == (0, 3)
+
+
+def test_per_subagent_export_lands_on_its_subagent_episode(engine, tmp_path):
+    """A per-subagent dataset's row (episode-0, no trace_source column) lands on the subagent's
+    episode, not as a conflict with main episode 0."""
+    rows = json.loads((FIXTURES / "golden" / "terminus_2" / "hello-world-invalid-json.traces.json").read_text())
+    trial = _golden_trial_dir(tmp_path / "traces", "terminus_2/hello-world-invalid-json", rows)
+    shutil.copy(FIXTURES / "golden" / "openhands" / "hello-world.trajectory.json",
+                trial / "agent" / "trajectory.summarization-1-summary.json")
+    assert ingest(engine, [str(tmp_path / "traces")]).errors == []
+    assert ("summarization-1-summary",) in _rows(engine, "SELECT DISTINCT trace_source FROM episodes")
+    dataset = _harbor_export(engine, tmp_path, "harbor-summarization-1-summary",
+                             keep=lambda row: row["trace_source"] == "summarization-1-summary")
+
+    summary = ingest(engine, [str(dataset)])
+    assert _no_conflicts(summary) and summary.episodes_duplicate == 1
+    assert _landed(engine, dataset) == {"summarization-1-summary": [0]}
+    info = export_hub(engine, tmp_path / "back", sources=[str(dataset)])
+    assert info.notes == [] and assert_same_shards(dataset, tmp_path / "back") == 1
+
+
+def test_a_trial_field_that_differs_is_one_conflicting_trial_not_conflicting_episodes(engine, tmp_path):
+    """An openhands trial directory and its own export, whose `date` string differs (Harbor's
+    test normalisation): two identical episodes are duplicates, and the trial's date is one
+    conflict, counted as a conflicting trial."""
+    rows = json.loads((FIXTURES / "golden" / "openhands" / "hello-world.traces.json").read_text())
+    trial = _golden_trial_dir(tmp_path / "traces", "openhands/hello-world", rows)
+    result = json.loads((trial / "result.json").read_text())
+    result["started_at"] = "2025-12-20T10:00:00.123456Z"
+    (trial / "result.json").write_text(json.dumps(result))
+    assert ingest(engine, [str(tmp_path / "traces")]).errors == []
+    (tmp_path / "hub" / "data").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "hub" / "data" / "train-00000-of-00001.parquet")
+
+    summary = ingest(engine, [str(tmp_path / "hub")])
+    assert (summary.episodes_new, summary.episodes_duplicate) == (0, 2)
+    assert (summary.conflicts, summary.trial_conflicts) == (0, 1)
+    assert summary.lines()[1] == ("episodes: 0 new, 2 duplicate; conflicts: 0 conflicting episodes, "
+                                  "1 conflicting trials; rows rejected: 0")
+    assert _rows(engine, "SELECT entity, field FROM conflicts") == [("trial", "date_raw")]
+    assert _rows(engine, "SELECT n_conflicts FROM loads ORDER BY id") == [(0,), (1,)]  # the ledger: conflict rows
+    info = export_hub(engine, tmp_path / "back", sources=[str(tmp_path / "hub")])
+    assert pq.read_table(next((tmp_path / "back").rglob("*.parquet"))).column("date").to_pylist() == [
+        "NORMALIZED_TIMESTAMP"] * 2
