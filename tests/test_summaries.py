@@ -369,3 +369,22 @@ def test_migration_backfills_and_drops(engine):
     backfilled = stored(engine)
     # Same contents; only the surrogate ids of run_task_breakdown/outcomes rows may differ.
     assert backfilled == by_refresh
+
+
+def test_migration_0009_gives_multi_step_trials_already_loaded_their_lengths(engine, tmp_path):
+    """A warehouse loaded before 0009 holds a multi-step trial with no length (only `main`
+    counted): the upgrade recomputes it and the counts of its summaries, as an ingest would."""
+    jobs = shutil.copytree(FIXTURE_JOBS, tmp_path / "jobs")
+    assert ingest(engine, [str(jobs)]).errors == []
+    with engine.begin() as conn:  # what the old definition left: no main episode, no length
+        conn.execute(text("UPDATE trial_lengths SET turns = NULL, chars = NULL WHERE trial_id IN "
+                          "(SELECT trial_id FROM episodes WHERE trace_source LIKE 'step:%')"))
+        for table in ("run_task_breakdown", "run_task_outcomes"):
+            conn.execute(text(f"UPDATE {table} SET n_with_trajectory = n_with_trajectory - 1 WHERE task_id IN "
+                              "(SELECT t.task_id FROM trials t JOIN episodes e ON e.trial_id = t.id "
+                              "WHERE e.trace_source LIKE 'step:%')"))
+    with pytest.raises(AssertionError):
+        assert_exact(engine)
+    schema.downgrade(engine, "0008")
+    schema.upgrade(engine)
+    assert_exact(engine)
