@@ -255,6 +255,7 @@ def test_harbor_export_of_a_multi_step_trial_loaded_first_takes_its_trace_direct
     root = _jobs(tmp_path)
     ingest(maker, [str(root)])
     dataset = _harbor_export(maker, tmp_path, "harbor")
+    export_hub(maker, tmp_path / "trace-alone", sources=[str(root)])
     maker.dispose()
 
     first = ingest(engine, [str(dataset)])
@@ -270,6 +271,10 @@ def test_harbor_export_of_a_multi_step_trial_loaded_first_takes_its_trace_direct
     assert counts(engine)["episodes"] == before["episodes"]
     info = export_hub(engine, tmp_path / "back", sources=[str(dataset)])
     assert info.notes == [] and assert_same_shards(dataset, tmp_path / "back") == 26
+    # and the trace directory's rows come back under their own steps, as from a warehouse
+    # that never saw the export
+    info = export_hub(engine, tmp_path / "trace-back", sources=[str(root)])
+    assert info.notes == [] and assert_same_shards(tmp_path / "trace-alone", tmp_path / "trace-back") > 0
     again = ingest(engine, [str(root), str(dataset)])
     assert (again.units_loaded, again.units_skipped) == (0, 3)
 

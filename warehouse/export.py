@@ -427,8 +427,11 @@ def _harbor_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[st
     """A row from a trace directory, with the fallbacks `harbor traces export` applies: the
     trajectory's agent and model name and tool definitions (kept in episodes.extra),
     placeholders for a missing model or provider, and the trial name as run_id when the trial
-    has no job."""
+    has no job. A row that landed on an episode stored under another key (a step's episode first
+    loaded from Harbor's export, where steps have no marker) is written under its own key."""
     extra = extra or {}
+    values["trace_source"] = extra.get("trace_source", values["trace_source"])
+    values["episode"] = extra.get("episode", values["episode"])
     values["agent"] = extra.get("agent") or values["agent"]
     values["model"] = extra.get("model") or values["model"] or "unknown-model"
     values["model_provider"] = values["model_provider"] or "unknown-provider"
