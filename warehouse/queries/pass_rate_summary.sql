@@ -1,18 +1,23 @@
 -- pass_rate.sql from the summary table run_task_breakdown: the same columns and rows. Summed
--- per run, agent and model first (in the order of the covering index ix_run_task_breakdown_groups),
--- then into the groups asked for.
+-- per run, agent and raw model first (in the order of the covering index
+-- ix_run_task_breakdown_groups; grouping by the generated model_name here would read every row),
+-- then into the groups asked for, a model by its name without a provider prefix (the expression
+-- of warehouse.db.models.MODEL_NAME_SQL).
 WITH g AS (
-    SELECT b.run_id, b.agent, b.model_name AS model,
+    SELECT b.run_id, b.agent, b.model,
            sum(b.n_trials) AS trials,
            sum(b.n_successes) AS successes,
            sum(b.reward_sum) AS reward_sum,
            sum(b.n_rewards) AS rewards,
            sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END) AS errors
     FROM run_task_breakdown b
-    GROUP BY b.run_id, b.agent, b.model_name
+    GROUP BY b.run_id, b.agent, b.model
 )
 SELECT
-    CASE :by WHEN 'model' THEN g.model WHEN 'agent' THEN g.agent ELSE r.run_key END AS grp,
+    CASE :by
+        WHEN 'model' THEN substr(g.model, length(rtrim(g.model, replace(g.model, '/', ''))) + 1)
+        WHEN 'agent' THEN g.agent
+        ELSE r.run_key END AS grp,
     sum(g.trials) AS trials,
     sum(g.successes) AS successes,
     CAST(sum(g.successes) AS DOUBLE PRECISION) / sum(g.trials) AS pass_rate,
