@@ -45,7 +45,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool, QueuePool
 
-from warehouse.db.engine import resolve_url, sqlite_path, sqlite_read_connection
+from warehouse.db.engine import no_warehouse, resolve_url, sqlite_path, sqlite_read_connection
 from warehouse.errors import WarehouseError, first_line
 from warehouse.sqlcheck import ONLY_QUERIES, SQLITE_DENIED_FUNCTIONS
 
@@ -227,7 +227,7 @@ class ReadSession:
 
     def check_deadline(self) -> None:
         if time.monotonic() > self._deadline:
-            raise WarehouseError(_too_long(self._timeout))
+            raise WarehouseError(too_long(self._timeout))
 
     @contextmanager
     def errors(self) -> Iterator[None]:
@@ -259,7 +259,8 @@ def _compile(sql: str, params: Mapping[str, Any], dialect) -> tuple[str, Any]:
     return compiled.string, {name: params[name] for name in compiled.params}
 
 
-def _too_long(timeout: float) -> str:
+def too_long(timeout: float) -> str:
+    """The one line a statement past its time limit ends with."""
     return f"the query ran longer than the time limit ({timeout:g} s; see --timeout)"
 
 
@@ -294,8 +295,8 @@ def _sqlite_readonly(url: URL, timeout: float, deadline: float, snapshot: bool,
     path = sqlite_path(url)
     if path is None:
         raise WarehouseError("read-only queries need a SQLite file, not an in-memory database")
-    if not path.exists():
-        raise WarehouseError(f"{path}: no such database file")
+    if not path.exists():  # (before _sqlite_engine, which stats it) the message every reader gives
+        raise no_warehouse(path)
     refused: list[str] = []  # why the authorizer said no, for the error message
     timed_out: list[bool] = []
 
@@ -324,7 +325,7 @@ def _sqlite_readonly(url: URL, timeout: float, deadline: float, snapshot: bool,
 
     def describe(exc: BaseException) -> str:
         if timed_out:
-            return _too_long(timeout)
+            return too_long(timeout)
         if refused:
             return f"read-only: {refused[0]}"
         message = first_line(exc)
@@ -421,7 +422,7 @@ def _postgres_readonly(url: URL, timeout: float,
     def describe(exc: BaseException) -> str:
         sqlstate = getattr(exc, "sqlstate", None)
         if sqlstate == "57014":  # query_canceled: the statement_timeout fired
-            return _too_long(timeout)
+            return too_long(timeout)
         # 25006 read_only_sql_transaction, 42501 insufficient_privilege (the reader role).
         if sqlstate in ("25006", "42501"):
             return f"read-only: {first_line(exc)}"

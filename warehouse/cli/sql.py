@@ -15,7 +15,8 @@ from warehouse.cli.context import state
 from warehouse.cli.output import Format, FormatOption, echo_err, write_rows
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
-from warehouse.readonly import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, check_timeout, stream_readonly
+from warehouse.readonly import (DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, check_timeout, stream_readonly,
+                                too_long)
 
 DEFAULT_MAX_CELL_BYTES = 10_000_000
 # A table shows a value over the cell limit cut; values up to this many times the limit are read
@@ -48,7 +49,7 @@ def _timeout(value: float) -> float:
 
 def _watchdog(timeout: float) -> None:
     """End the whole process once `timeout` (and a margin) has passed, whatever it is doing."""
-    message = printable(f"Error: the query ran longer than the time limit ({timeout:g} s; see --timeout)\n")
+    message = printable(f"Error: {too_long(timeout)}\n")
 
     def stop() -> None:
         os.write(2, message.encode())
