@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import count
 
 from sqlalchemy import Connection
 
@@ -68,6 +67,15 @@ class Filters:
     def __bool__(self) -> bool:
         return bool(self.runs or self.tasks or self.models or self.agents or self.labels)
 
+    @property
+    def narrows_trials(self) -> bool:
+        """Whether these filters pick trials within a run (by task, model or agent), not only runs."""
+        return bool(self.tasks or self.models or self.agents)
+
+    def runs_only(self) -> "Filters":
+        """The part of these filters that picks runs (runs and labels)."""
+        return Filters(runs=self.runs, labels=self.labels)
+
     def run_ids(self, conn: Connection) -> set[int] | None:
         """The runs these filters allow, or None when they do not restrict runs. An unknown
         or ambiguous run spec is an error here, before any query runs."""
@@ -83,7 +91,6 @@ class Filters:
             model: str | None = None, agent: str | None = None) -> tuple[str, dict[str, str]]:
         """A predicate over the column expressions named (e.g. `run_id="b.run_id"`), and its
         binds, named `f_…` so as not to meet the statement's own. `1=1` when nothing filters."""
-        names = (f"f_{i}" for i in count())
         binds: dict[str, str] = {}
         terms: list[str] = []
 
@@ -92,10 +99,12 @@ class Filters:
                 raise WarehouseError(f"this query cannot be narrowed by {option}")
             return column
 
-        def globs(column: str, values: tuple[str, ...], *, model_names: bool = False) -> str:
+        def globs(kind: str, column: str, values: tuple[str, ...], *, model_names: bool = False) -> str:
             alternatives = []
-            for glob in values:
-                name = next(names)
+            for i, glob in enumerate(values):
+                # Named by filter and position, so every predicate made from one Filters (a
+                # statement may need several, over different tables) binds a name to one value.
+                name = f"f_{kind}_{i}"
                 exprs = [column, _MODEL_NAME.format(m=column)] if model_names else [column]
                 if has_wildcard(glob):
                     binds[name] = _like(glob).lower()
@@ -111,9 +120,9 @@ class Filters:
             column = need(run_id, "--run or --label")
             terms.append(f"{column} IN ({', '.join(str(i) for i in sorted(ids))})" if ids else "1=0")
         if self.tasks:
-            terms.append(globs(need(task, "--task"), self.tasks))
+            terms.append(globs("task", need(task, "--task"), self.tasks))
         if self.models:
-            terms.append(globs(need(model, "--model"), self.models, model_names=True))
+            terms.append(globs("model", need(model, "--model"), self.models, model_names=True))
         if self.agents:
-            terms.append(globs(need(agent, "--agent"), self.agents))
+            terms.append(globs("agent", need(agent, "--agent"), self.agents))
         return (" AND ".join(terms) if terms else "1=1"), binds

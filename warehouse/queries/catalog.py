@@ -3,7 +3,8 @@
 Shared meanings: a trial SUCCEEDS when its reward is at least --threshold (default 1.0); a
 trial without a reward (an exception, or not finished) is an attempt that failed. Every
 trial counts as an attempt, complete or not. Task-level queries leave out trials whose task
-is unknown.
+is unknown. Every query can be narrowed by --run, --task, --model, --agent and --label
+(warehouse.filters); the slots its SQL fills with them are declared here, per statement.
 """
 
 from __future__ import annotations
@@ -15,11 +16,23 @@ from typing import Any
 
 from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, sql_file
 from warehouse.queries.stats import interpolate, pass_at_k, percentile, percentile_ranks
+from warehouse.runs import label_sort_key
 
 THRESHOLD = Param(
     "threshold", float, 1.0,
     "A trial succeeds when its reward is at least this; a trial without a reward fails.",
 )
+
+
+
+def _trial_columns(t: str) -> dict[str, str]:
+    """What the filters compare, in a table with a trial's run_id, task_id, model and agent
+    (trials, run_task_breakdown) under alias `t`."""
+    return {"run_id": f"{t}.run_id", "task": f"(SELECT tf.name FROM tasks tf WHERE tf.id = {t}.task_id)",
+            "model": f"{t}.model", "agent": f"{t}.agent"}
+
+
+_RUN_COLUMNS = {"run_id": "r.id"}
 
 
 # --- post-processing -------------------------------------------------------------------------
@@ -41,7 +54,11 @@ def _runs_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: 
 
 def _pass_rate_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
                     ) -> tuple[list[str], Rows]:
-    name = {"run": "run_key"}.get(values["by"], values["by"])
+    by: str = values["by"]
+    if by.startswith("label:"):  # a sweep reads in its label's order: step 2 before step 10
+        key = by[len("label:"):]
+        return [key if c == "grp" else c for c in columns], sorted(rows, key=lambda row: label_sort_key(row[0]))
+    name = {"run": "run_key"}.get(by, by)
     return [name if c == "grp" else c for c in columns], rows
 
 
@@ -125,19 +142,28 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         sql=sql_file("runs"),
         post=_runs_post,
         summary_sql=sql_file("runs_summary"),
+        filter_slots={"filters": _trial_columns("tr"), "filters_t2": _trial_columns("t2"),
+                      "filters_runs": _RUN_COLUMNS},
+        summary_filter_slots={"filters_b": _trial_columns("b"), "filters_runs": _RUN_COLUMNS},
     ),
     CannedQuery(
         name="pass-rate",
         description=(
-            "Trials, successes, pass rate, mean reward and errors, grouped by run, model or agent."
+            "Trials, successes, pass rate, mean reward and errors, grouped by run, model, agent or "
+            "a run label.\n\n"
+            "--by label:KEY groups the runs by their label KEY (a sweep's step=…), in the label's "
+            "order, numbers as numbers; runs without the label make the last group (empty)."
         ),
         params=(
-            Param("by", str, "run", "Group by run, model or agent.", choices=("run", "model", "agent")),
+            Param("by", str, "run", "Group by run, model, agent or label:KEY.", choices=("run", "model", "agent"),
+                  by_label=True),
             THRESHOLD,
         ),
         sql=sql_file("pass_rate"),
         post=_pass_rate_post,
         summary_sql=sql_file("pass_rate_summary"),
+        filter_slots={"filters": _trial_columns("tr")},
+        summary_filter_slots={"filters": _trial_columns("b")},
     ),
     CannedQuery(
         name="solve-matrix",
@@ -153,6 +179,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         ),
         sql=sql_file("solve_matrix"),
         summary_sql=sql_file("solve_matrix_summary"),
+        filter_slots={"filters": _trial_columns("tr")},
     ),
     CannedQuery(
         name="pass-at-k",
@@ -170,22 +197,25 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         sql=sql_file("pass_at_k"),
         post=_pass_at_k_post,
         summary_sql=sql_file("pass_at_k_summary"),
+        filter_slots={"filters": _trial_columns("tr")},
     ),
     CannedQuery(
         name="compare",
         description=(
-            "Two runs side by side per task: attempts and successes in --a and --b.\n\n"
+            "Two runs side by side per task: attempts and successes in A and B.\n\n"
+            "A run is its key, a unique prefix of the key, or its name.\n\n"
             "A run solves a task when at least one attempt succeeded. flip is 'gained' (unsolved in "
             "A, solved in B), 'lost' (the reverse) or empty; tasks only one run attempted never flip."
         ),
         params=(
-            Param("a", str, None, "The run_key of the first run.", required=True, names_run=True),
-            Param("b", str, None, "The run_key of the second run.", required=True, names_run=True),
+            Param("a", str, None, "The first run.", required=True, names_run=True, positional=True),
+            Param("b", str, None, "The second run.", required=True, names_run=True, positional=True),
             Param("flipped", bool, False, "Only the tasks that flipped, either way."),
             THRESHOLD,
         ),
         sql=sql_file("compare"),
         summary_sql=sql_file("compare_summary"),
+        filter_slots={"filters": _trial_columns("tr")},
     ),
     CannedQuery(
         name="failures",
@@ -196,6 +226,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         params=(),
         sql=sql_file("failures"),
         summary_sql=sql_file("failures_summary"),
+        filter_slots={"filters": _trial_columns("tr"), "filters_t2": _trial_columns("t2")},
+        summary_filter_slots={"filters": _trial_columns("b")},
     ),
     CannedQuery(
         name="lengths",
@@ -211,5 +243,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         post=_lengths_post,
         summary_sql=sql_file("lengths_summary"),
         summary_post=_lengths_by_rank,
+        filter_slots={"filters": _trial_columns("tr")},
+        summary_filter_slots={"filters_runs": _RUN_COLUMNS},
+        summary_narrows_trials=False,  # trial_lengths has no task, model or agent
     ),
 )}

@@ -9,7 +9,7 @@ WITH cell AS (
     FROM trials tr
     JOIN runs r ON r.id = tr.run_id
     JOIN tasks tk ON tk.id = tr.task_id
-    WHERE r.run_key IN (:a, :b)
+    WHERE r.run_key IN (:a, :b) AND {filters}
     GROUP BY tk.name
 ), flips AS (
     SELECT cell.*,

@@ -9,21 +9,32 @@ statement answering the same from the summary tables (warehouse.summaries), whic
 the default --threshold needs: that one runs whenever the threshold is the default (or the query
 has none), the definition for any other threshold. Both must give the same columns and rows; the
 tests compare them.
+
+Every query can be narrowed (warehouse.filters: --run, --task, --model, --agent, --label). Its
+statements say where: a slot `{name}` in the SQL is filled with the filters' predicate over the
+column expressions the query declares for that slot (`filter_slots`, `summary_filter_slots`); a
+slot whose name ends in `_runs` takes only the filters that pick runs. The summary statements read
+`{outcomes}` instead of run_task_outcomes: the table itself when nothing narrows, else its rows
+narrowed, or, for --model or --agent (which it does not hold), the same sums from
+run_task_breakdown's rows of those models and agents. So filters keep the summaries' speed.
+`{trials_narrowed}` is 1 when the filters pick trials within runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 
 from warehouse.errors import WarehouseError
-from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, ReadSession, readonly_session
+from warehouse.filters import Filters
+from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, readonly_session
+from warehouse.runs import resolve_run
 from warehouse.summaries import SUCCESS_THRESHOLD
 
 
@@ -53,7 +64,12 @@ class Param:
     help: str
     choices: tuple[str, ...] = ()
     required: bool = False
-    names_run: bool = False  # the value is a run_key, checked to exist before the query runs
+    # The value names a run (a key, a unique prefix, a name: warehouse.runs.resolve_run), which
+    # becomes its run_key before the query runs.
+    names_run: bool = False
+    positional: bool = False  # on the command line an argument (`compare A B`); --name still works
+    # Also `label:KEY` (`--by label:step`): group by a run label.
+    by_label: bool = False
 
     @property
     def option(self) -> str:
@@ -71,8 +87,13 @@ class Param:
         if self.type is IntList:
             return IntList.parse(value)
         value = self.type(getattr(value, "value", value))  # Enum members from the CLI
+        if self.by_label and str(value).startswith("label:"):
+            if not value[len("label:"):]:
+                raise WarehouseError(f"{self.option} label:KEY needs a label key")
+            return value
         if self.choices and value not in self.choices:
-            raise WarehouseError(f"{self.option} must be one of {', '.join(self.choices)}, not {value!r}")
+            allowed = ", ".join((*self.choices, "label:KEY") if self.by_label else self.choices)
+            raise WarehouseError(f"{self.option} must be one of {allowed}, not {value!r}")
         return value
 
 
@@ -94,6 +115,12 @@ class CannedQuery:
     summary_sql: str | None = None
     # How summary_sql's rows are finished, where that differs from `post`.
     summary_post: PostProcess | None = field(default=None, compare=False)
+    # Per slot of `sql` / `summary_sql` (module docstring), the column expressions a filter may
+    # use: run_id, task, model, agent (warehouse.filters.Filters.sql).
+    filter_slots: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
+    summary_filter_slots: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
+    # Whether summary_sql can narrow by task, model and agent; if not, those go to `sql`.
+    summary_narrows_trials: bool = True
 
     @property
     def summary(self) -> str:
@@ -106,9 +133,12 @@ class CannedQuery:
             raise WarehouseError(f"query {self.name} has no parameter {', '.join(sorted(unknown))}")
         return {p.name: p.convert(given.get(p.name, p.default)) for p in self.params}
 
-    def plan(self, values: Mapping[str, Any], summaries: bool = True) -> tuple[str, PostProcess | None]:
-        """The statement that answers these values, and its post-processing."""
+    def plan(self, values: Mapping[str, Any], summaries: bool = True, filters: Filters | None = None
+             ) -> tuple[str, PostProcess | None]:
+        """The statement that answers these values (and filters), and its post-processing."""
         summarized = values.get("threshold", SUCCESS_THRESHOLD) == SUCCESS_THRESHOLD
+        if filters is not None and filters.narrows_trials and not self.summary_narrows_trials:
+            summarized = False
         if summaries and summarized and self.summary_sql is not None:
             return self.summary_sql, self.summary_post or self.post
         return self.sql, self.post
@@ -125,16 +155,21 @@ def bind_names(sql: str) -> frozenset[str]:
 
 
 def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | None = None, *,
-               timeout: float = DEFAULT_TIMEOUT, summaries: bool = True) -> ReadResult:
-    """Run a canned query, read-only. `summaries=False` answers from the base tables even where
-    the summary tables could: the definition, which the tests hold the summaries to."""
+               filters: Filters | None = None, timeout: float = DEFAULT_TIMEOUT,
+               summaries: bool = True) -> ReadResult:
+    """Run a canned query, read-only, narrowed by `filters`. `summaries=False` answers from the
+    base tables even where the summary tables could: the definition, which the tests hold the
+    summaries to."""
     values = query.values(given or {})
-    sql, post = query.plan(values, summaries)
+    filters = filters or Filters()
+    sql, post = query.plan(values, summaries, filters)
+    slots = query.summary_filter_slots if sql is query.summary_sql else query.filter_slots
     with readonly_session(url, timeout=timeout) as session:
         for param in query.params:
             if param.names_run and values[param.name] is not None:
-                _check_run_exists(session, values[param.name])
-        binds = {name: values[name] for name in bind_names(sql)}
+                values[param.name] = resolve_run(session.connection, values[param.name]).run_key
+        sql, filter_binds = narrow(sql, slots, filters, session.connection)
+        binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
         # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
         result = session.fetch(sql, binds, max_rows=None)
         if post is None:
@@ -144,7 +179,47 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
     return ReadResult(columns, rows)
 
 
-def _check_run_exists(session: ReadSession, run_key: str) -> None:
-    found = session.fetch("SELECT count(*) FROM runs WHERE run_key = :k", {"k": run_key}, max_rows=1)
-    if not found.rows[0][0]:
-        raise WarehouseError(f"no run {run_key!r} (warehouse query runs lists them)")
+# run_task_outcomes' rows from run_task_breakdown's, which hold agent and model: exact for any
+# subset of agents and models, since the outcomes are the breakdown summed over them.
+_OUTCOMES_FROM_BREAKDOWN = """(SELECT b.run_id, b.task_id, sum(b.n_trials) AS n_trials,
+        sum(b.n_complete) AS n_complete, sum(b.n_incomplete) AS n_incomplete,
+        sum(b.n_successes) AS n_successes, sum(b.n_rewards) AS n_rewards, sum(b.reward_sum) AS reward_sum,
+        sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END) AS n_errors,
+        min(b.first_started) AS first_started, max(b.last_started) AS last_started,
+        sum(b.n_with_trajectory) AS n_with_trajectory, sum(b.n_with_input_tokens) AS n_with_input_tokens,
+        sum(b.n_with_output_tokens) AS n_with_output_tokens
+    FROM run_task_breakdown b WHERE {predicate} GROUP BY b.run_id, b.task_id)"""
+
+
+def narrow(sql: str, slots: Mapping[str, Mapping[str, str]], filters: Filters, conn: Connection
+           ) -> tuple[str, dict[str, Any]]:
+    """`sql` with its filter slots filled (module docstring), and the binds they need."""
+    binds: dict[str, Any] = {}
+
+    def predicate(part: Filters, columns: Mapping[str, str]) -> str:
+        where, more = part.sql(conn, **columns)
+        binds.update(more)
+        return where
+
+    for slot, columns in slots.items():
+        part = filters.runs_only() if slot.endswith("_runs") else filters
+        sql = sql.replace("{" + slot + "}", predicate(part, columns))
+    if "{outcomes}" in sql:
+        sql = sql.replace("{outcomes}", _outcomes(filters, predicate))
+    return sql.replace("{trials_narrowed}", "1" if filters.narrows_trials else "0"), binds
+
+
+def _outcomes(filters: Filters, predicate: Callable[[Filters, Mapping[str, str]], str]) -> str:
+    """What a summary statement reads for run_task_outcomes under these filters."""
+    if not filters:
+        return "run_task_outcomes"
+    by_model = bool(filters.models or filters.agents)
+    t = "b" if by_model else "o_f"
+    where = predicate(replace(filters, tasks=()), {"run_id": f"{t}.run_id", "model": f"{t}.model",
+                                                   "agent": f"{t}.agent"})
+    if filters.tasks:  # by id: the names are matched once, in tasks, not once per row
+        names = predicate(Filters(tasks=filters.tasks), {"task": "tk.name"})
+        where += f" AND {t}.task_id IN (SELECT tk.id FROM tasks tk WHERE {names})"
+    if by_model:
+        return _OUTCOMES_FROM_BREAKDOWN.format(predicate=where)
+    return f"(SELECT * FROM run_task_outcomes o_f WHERE {where})"
