@@ -67,6 +67,27 @@ def resolve_runs(conn: Connection, specs: Iterable[str]) -> list[RunRef]:
     return list(dict.fromkeys(resolve_run(conn, spec) for spec in specs))
 
 
+# --- names -------------------------------------------------------------------------------------
+
+def source_run_name(name: str, run_key: str, n_runs: int) -> str:
+    """What a run of a source named `name` (a dataset, or `ingest --run NAME`) is called: the
+    name itself when the source holds one run (or this run's key is the name), else the name
+    and the key's first 8 characters (`sample-5de746de`), so a dataset of several jobs still
+    names each one. Migration 0010 names runs loaded before it by the same rule."""
+    return name if n_runs == 1 or run_key == name else f"{name}-{run_key[:8]}"
+
+
+def rename_run(conn: Connection, ref: RunRef, name: str) -> None:
+    """`warehouse runs rename`: a name no other run has as its name or key (either would make
+    one of them unreachable by it)."""
+    if not name.strip():
+        raise WarehouseError("a run name cannot be empty")
+    taken = _refs(conn, "(name = :s OR run_key = :s) AND id <> :id", {"s": name, "id": ref.id})
+    if taken:
+        raise WarehouseError(f"the name {name!r} is taken by run {taken[0]}")
+    conn.execute(text("UPDATE runs SET name = :n WHERE id = :id"), {"n": name, "id": ref.id})
+
+
 # --- labels ------------------------------------------------------------------------------------
 
 def parse_label(item: str) -> tuple[str, str]:
@@ -113,13 +134,16 @@ def runs_with_labels(conn: Connection, labels: Iterable[tuple[str, str]]) -> set
     return matched or set()
 
 
-def set_labels(conn: Connection, run_id: int, labels: Mapping[str, str]) -> None:
-    """Give a run these labels, replacing the value of a key it already has. The caller's
+def set_labels(conn: Connection, run_id: int, labels: Mapping[str, str], *, replace: bool = True) -> None:
+    """Give a run these labels, replacing the value of a key it already has (or, with
+    replace=False, keeping it: what a source says yields to what a person said). The caller's
     transaction commits it (a writer's connection)."""
     for key, value in labels.items():
-        conn.execute(text("DELETE FROM run_labels WHERE run_id = :r AND key = :k"), {"r": run_id, "k": key})
-        conn.execute(text("INSERT INTO run_labels (run_id, key, value) VALUES (:r, :k, :v)"),
-                     {"r": run_id, "k": key, "v": value})
+        binds = {"r": run_id, "k": key, "v": value}
+        if replace:
+            conn.execute(text("DELETE FROM run_labels WHERE run_id = :r AND key = :k"), binds)
+        conn.execute(text("INSERT INTO run_labels (run_id, key, value) SELECT :r, :k, :v WHERE NOT EXISTS "
+                          "(SELECT 1 FROM run_labels WHERE run_id = :r AND key = :k)"), binds)
 
 
 def remove_labels(conn: Connection, run_id: int, keys: Iterable[str]) -> None:
@@ -137,3 +161,54 @@ def label_sort_key(value: str | None) -> tuple:
     except ValueError:
         return (1, 0.0, value)
     return (0, number, value) if math.isfinite(number) else (1, 0.0, value)
+
+
+# --- the runs listing ---------------------------------------------------------------------------
+
+RUN_COLUMNS = ["run_key", "name", "labels", "trials", "pass_rate", "sources"]
+
+# From the summaries, so it answers at once however many trials there are. pass_rate is at the
+# canned queries' default threshold (a reward of at least 1).
+_LIST = """
+SELECT r.id, r.run_key, r.name,
+       (SELECT sum(o.n_trials) FROM run_task_outcomes o WHERE o.run_id = r.id) AS trials,
+       (SELECT CAST(sum(o.n_successes) AS DOUBLE PRECISION) / NULLIF(sum(o.n_trials), 0)
+          FROM run_task_outcomes o WHERE o.run_id = r.id) AS pass_rate,
+       (SELECT string_agg(s.name, ', ')
+          FROM (SELECT DISTINCT src.name FROM run_sources rs JOIN sources src ON src.id = rs.source_id
+                 WHERE rs.run_id = r.id ORDER BY src.name) s) AS sources
+FROM runs r
+ORDER BY r.run_key
+"""
+
+
+def list_runs(conn: Connection, sort: str | None = None) -> tuple[list[str], list[tuple]]:
+    """`warehouse runs`: one row per run (RUN_COLUMNS), by key, or by `name` or `label:KEY`
+    (label_sort_key's order, runs without the label last)."""
+    rows = conn.execute(text(_LIST)).all()
+    labels = labels_of(conn)
+    out = [(run_key, name, ", ".join(f"{k}={v}" for k, v in labels.get(run_id, {}).items()),
+            trials or 0, pass_rate, sources, labels.get(run_id, {}))
+           for run_id, run_key, name, trials, pass_rate, sources in rows]
+    if sort == "name":
+        out.sort(key=lambda row: (row[1] is None, row[1] or "", row[0]))
+    elif sort and sort.startswith("label:") and sort[len("label:"):]:
+        key = sort[len("label:"):]
+        out.sort(key=lambda row: (label_sort_key(row[6].get(key)), row[0]))
+    elif sort not in (None, "key"):
+        raise WarehouseError(f"--sort is key, name or label:KEY, not {sort!r}")
+    return RUN_COLUMNS, [row[:6] for row in out]
+
+
+def label_run(conn: Connection, spec: str, items: Iterable[str], remove: Iterable[str] = ()) -> RunRef:
+    """`warehouse runs label RUN k=v… --remove KEY`: in the caller's transaction."""
+    labels, keys = parse_labels(items), [str(k) for k in remove]
+    if not labels and not keys:
+        raise WarehouseError("give labels as KEY=VALUE, or --remove KEY")
+    both = sorted(set(labels) & set(keys))
+    if both:
+        raise WarehouseError(f"label {both[0]!r} is both set and removed")
+    ref = resolve_run(conn, spec)
+    remove_labels(conn, ref.id, keys)
+    set_labels(conn, ref.id, labels)
+    return ref
