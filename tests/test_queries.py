@@ -268,7 +268,7 @@ def test_cli_errors(url):
     assert missing.returncode == 2  # usage: --b is required
     unknown = cli(url, "query", "compare", "--a", "run-a", "--b", "nope")
     assert unknown.returncode == 1
-    assert unknown.stderr.strip().splitlines() == ["Error: no run 'nope' (warehouse query runs lists them)"]
+    assert unknown.stderr.strip().splitlines() == ["Error: no run 'nope' (`warehouse runs` lists them)"]
     bad_k = cli(url, "query", "pass-at-k", "--k", "0,x")
     assert bad_k.returncode == 2 and "expected integers" in bad_k.stderr
     bad_by = cli(url, "query", "pass-rate", "--by", "task")
