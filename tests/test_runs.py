@@ -3,10 +3,18 @@ predicate every query shares: on both backends, over a warehouse loaded by the r
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlalchemy import text
 
 import query_fixture
+from ingest.generate import generate_dataset
+from ingest.sources import card_labels
+from ingest.traces import job_labels
+from query_fixture import cli
+from trace_trees import make_trace_tree
+from warehouse.db import schema
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
 from warehouse.runs import (label_sort_key, labels_of, parse_label, parse_labels, remove_labels,
@@ -103,3 +111,182 @@ def test_filters_narrow_by_run_task_model_agent_and_label(wh):
             Filters.of(model="m1").sql(conn, run_id="r.id")
     assert not Filters() and Filters.of(task="x")
     assert Filters().sql(None) == ("1=1", {})
+
+
+# --- names and labels through ingest and the command line -----------------------------------------
+
+def _runs(db_url: str, *args: str) -> list[dict]:
+    done = cli(db_url, "runs", *args, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _json(db_url: str, *args: str) -> list[dict]:
+    done = cli(db_url, *args, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _ingest(db_url: str, *args: str) -> None:
+    done = cli(db_url, "ingest", *args)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_sweep_labelled_by_step_answers_pass_rate_in_step_order(db_url, tmp_path):
+    # The acceptance: five checkpoints of one sweep, labelled step=…, read in step order.
+    generate_dataset(tmp_path / "sweep", "tiny", runs=5, seed=3)
+    _ingest(db_url, str(tmp_path / "sweep"))
+    runs = _runs(db_url)
+    assert len(runs) == 5
+    assert [r["name"] for r in runs] == [f"sweep-{r['run_key'][:8]}" for r in runs]  # one dataset, 5 runs
+    steps = ["300", "20", "1000", "4", "50"]  # text order would put 1000 before 20 and 300 before 4
+    for run, step in zip(runs, steps):
+        done = cli(db_url, "runs", "label", run["name"], f"step={step}", "lr=3e-5")
+        assert done.returncode == 0, done.stderr
+    by_step = _json(db_url, "query", "pass-rate", "--by", "label:step")
+    assert [row["step"] for row in by_step] == ["4", "20", "50", "300", "1000"]
+    for row in by_step:
+        [run] = [r for r, step in zip(runs, steps) if step == row["step"]]
+        [alone] = _json(db_url, "query", "pass-rate", "--run", run["run_key"][:8])
+        assert {k: v for k, v in row.items() if k != "step"} == {k: v for k, v in alone.items() if k != "run_key"}
+    assert [r["run_key"] for r in _runs(db_url, "--sort", "label:step")] == [
+        runs[steps.index(s)]["run_key"] for s in ("4", "20", "50", "300", "1000")]
+    assert {r["labels"] for r in runs} == {""} and {r["labels"] for r in _runs(db_url)} == {
+        f"lr=3e-5, step={s}" for s in steps}
+    # --label narrows every query to the runs carrying it.
+    [one] = _json(db_url, "query", "runs", "--label", "step=50")
+    assert one["run_key"] == runs[steps.index("50")]["run_key"]
+
+
+def test_ingest_labels_every_run_of_its_sources_even_when_already_loaded(db_url, tmp_path):
+    for name, seed in (("ckpt-a", 1), ("ckpt-b", 2)):
+        generate_dataset(tmp_path / name, "tiny", runs=1, seed=seed)
+    _ingest(db_url, str(tmp_path / "ckpt-a"), "--label", "step=10", "--label", "lr=1e-4")
+    _ingest(db_url, str(tmp_path / "ckpt-b"), "--label", "step=9")
+    assert [(r["name"], r["labels"]) for r in _runs(db_url, "--sort", "label:step")] == [
+        ("ckpt-b", "step=9"), ("ckpt-a", "lr=1e-4, step=10")]
+    assert [row["step"] for row in _json(db_url, "query", "pass-rate", "--by", "label:step")] == ["9", "10"]
+    # Every unit already loaded: the labels still reach the runs (replacing step, keeping lr).
+    again = cli(db_url, "ingest", str(tmp_path / "ckpt-a"), "--label", "step=11")
+    assert again.returncode == 0 and "1 skipped" in again.stderr
+    assert {r["name"]: r["labels"] for r in _runs(db_url)}["ckpt-a"] == "lr=1e-4, step=11"
+    bad = cli(db_url, "ingest", str(tmp_path / "ckpt-a"), "--label", "step")
+    assert bad.returncode == 1 and bad.stderr.strip().splitlines() == ["Error: a label is key=value, got 'step'"]
+
+
+def test_the_readme_runs_are_named_and_compared_by_name_or_prefix(db_url):
+    _ingest(db_url, "examples/sample")
+    runs = _runs(db_url)
+    assert [r["name"] for r in runs] == [f"sample-{r['run_key'][:8]}" for r in runs]
+    first, second = runs
+    by_key = _json(db_url, "query", "compare", "--a", first["run_key"], "--b", second["run_key"])
+    assert by_key
+    assert _json(db_url, "query", "compare", first["name"], second["run_key"][:8]) == by_key
+    assert _json(db_url, "query", "compare", first["run_key"][:8], second["name"]) == by_key
+    # search and show take the same names.
+    hits = _json(db_url, "search", "the", "--run", first["name"], "--limit", "3")
+    assert hits and {h["run_key"] for h in hits} == {first["run_key"]}
+    trial = hits[0]["trial_name"]
+    shown = cli(db_url, "show", f"{first['run_key'][:8]}/{trial}", "--format", "json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["run_key"] == first["run_key"]
+    nosuch = cli(db_url, "search", "the", "--run", "NOSUCH")
+    assert nosuch.returncode == 1
+    assert nosuch.stderr.strip().splitlines() == ["Error: no run 'NOSUCH' (`warehouse runs` lists them)"]
+
+
+def test_ingest_run_names_runs_that_carry_a_job_uuid(db_url, tmp_path):
+    generate_dataset(tmp_path / "one", "tiny", runs=1, seed=4)
+    _ingest(db_url, str(tmp_path / "one"), "--run", "checkpoint-7")
+    [run] = _runs(db_url)
+    assert run["name"] == "checkpoint-7" and len(run["run_key"]) == 36  # the key stays the job UUID
+    _ingest(db_url, str(tmp_path / "one"))  # a later ingest without --run keeps the name
+    assert _runs(db_url)[0]["name"] == "checkpoint-7"
+    renamed = cli(db_url, "runs", "rename", "checkpoint-7", "ckpt-7")
+    assert renamed.returncode == 0, renamed.stderr
+    _ingest(db_url, str(tmp_path / "one"))
+    assert _runs(db_url)[0]["name"] == "ckpt-7"
+    _ingest(db_url, str(tmp_path / "one"), "--run", "final")  # an explicit --run renames
+    assert _runs(db_url)[0]["name"] == "final"
+    # A dataset of several jobs: each named for --run and its key.
+    _ingest(db_url, "examples/sample", "--run", "base")
+    assert sorted(r["name"] for r in _runs(db_url)) == sorted(
+        ["final", *(f"base-{r['run_key'][:8]}" for r in _runs(db_url) if r["name"] != "final")])
+    # A Harbor job directory: its run (keyed by the job UUID) is the job folder's, or --run's,
+    # and carries the labels its config gives that no trial column holds.
+    jobs = make_trace_tree(tmp_path / "traces", seed=1, job_trials=2, rl_trials=0, with_fixtures=False)
+    config = json.loads((jobs / "job-a" / "config.json").read_text())
+    config["datasets"] = [{"name": "terminal-bench", "version": "2.0"}]
+    (jobs / "job-a" / "config.json").write_text(json.dumps(config))
+    _ingest(db_url, str(jobs))
+    [job] = [r for r in _runs(db_url) if r["sources"] == "traces"]
+    assert (job["name"], job["labels"]) == ("job-a", "dataset=terminal-bench@2.0, n_attempts=1")
+    _ingest(db_url, str(jobs), "--run", "tb-run")
+    assert [r["name"] for r in _runs(db_url) if r["run_key"] == job["run_key"]] == ["tb-run"]
+
+
+def test_runs_rename_and_label_round_trip(db_url):
+    _ingest(db_url, "examples/sample")
+    first, second = _runs(db_url)
+    assert cli(db_url, "runs", "rename", first["run_key"][:8], "baseline").returncode == 0
+    assert cli(db_url, "runs", "label", "baseline", "step=1", "note=a=b").returncode == 0
+    assert cli(db_url, "runs", "label", "baseline", "step=2", "--remove", "note").returncode == 0
+    [row] = [r for r in _runs(db_url) if r["run_key"] == first["run_key"]]
+    assert (row["name"], row["labels"]) == ("baseline", "step=2")
+    errors = {
+        ("runs", "rename", second["name"], "baseline"):
+            f"Error: the name 'baseline' is taken by run {first['run_key']} (baseline)",
+        ("runs", "rename", second["name"], first["run_key"]):
+            f"Error: the name '{first['run_key']}' is taken by run {first['run_key']} (baseline)",
+        ("runs", "rename", "nope", "x"): "Error: no run 'nope' (`warehouse runs` lists them)",
+        ("runs", "label", "baseline", "step"): "Error: a label is key=value, got 'step'",
+        ("runs", "label", "baseline"): "Error: give labels as KEY=VALUE, or --remove KEY",
+        ("runs", "label", "baseline", "a=1", "--remove", "a"): "Error: label 'a' is both set and removed",
+    }
+    for args, line in errors.items():
+        done = cli(db_url, *args)
+        assert done.returncode == 1 and done.stderr.strip().splitlines() == [line], args
+    assert [(r["name"], r["labels"]) for r in _runs(db_url)] == [("baseline", "step=2"), (second["name"], "")]
+
+
+def test_a_dataset_card_declares_labels(db_url, tmp_path):
+    generate_dataset(tmp_path / "carded", "tiny", runs=1, seed=6)
+    readme = tmp_path / "carded" / "README.md"
+    readme.write_text(readme.read_text().replace("tags:\n", "warehouse_labels:\n  step: 13\n  lr: 3e-5\n"
+                                                                 "  nested: {a: 1}\ntags:\n", 1))
+    _ingest(db_url, str(tmp_path / "carded"), "--label", "step=14")
+    assert [r["labels"] for r in _runs(db_url)] == ["lr=3e-5, step=14"]  # --label wins over the card
+    assert cli(db_url, "runs", "label", "carded", "lr=1").returncode == 0
+    _ingest(db_url, str(tmp_path / "carded"))  # the card fills keys the run lacks, never replaces
+    assert [r["labels"] for r in _runs(db_url)] == ["lr=1, step=14"]
+
+
+def test_card_labels_read_the_front_matter_only():
+    def card(text: str) -> dict:
+        return {"readme": text}
+
+    assert card_labels(None) == {} and card_labels(card("no front matter")) == {}
+    assert card_labels(card("---\nlabels:\n  step: 13\n  done: true\n---\n# x")) == {"step": "13", "done": "true"}
+    assert card_labels(card("---\nwarehouse_labels: {a: b}\nlabels: {c: d}\n---\n")) == {"a": "b"}
+    assert card_labels(card("---\nlabels: [a, b]\n---\n")) == {}  # not a mapping
+    assert card_labels(card("---\nlabels: {a: [1]\n---\n")) == {}  # does not parse
+    assert card_labels(card("# title\n---\nlabels: {a: b}\n---\n")) == {}  # not at the top
+
+
+def test_job_config_labels():
+    assert job_labels({"job_name": "j", "n_attempts": 5, "agents": [{"name": "terminus-2"}],
+                       "datasets": [{"path": "/data/tasks/my-bench"}, {"name": "tb", "ref": "v2"}, "bad"]}) == {
+        "dataset": "my-bench, tb@v2", "n_attempts": "5"}
+    assert job_labels({}) == {} and job_labels({"n_attempts": True}) == {}
+
+
+def test_migration_0010_names_the_runs_loaded_before_it(engine, db_url, tmp_path):
+    generate_dataset(tmp_path / "old", "tiny", runs=2, seed=8)
+    generate_dataset(tmp_path / "solo", "tiny", runs=1, seed=9)
+    _ingest(db_url, str(tmp_path / "old"), str(tmp_path / "solo"))
+    named = {r["run_key"]: r["name"] for r in _runs(db_url)}
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET name = NULL"))
+    schema.downgrade(engine, "0009")
+    schema.upgrade(engine)
+    assert {r["run_key"]: r["name"] for r in _runs(db_url)} == named
+    assert sorted(named.values())[-1] == "solo" and sum(n.startswith("old-") for n in named.values()) == 2
