@@ -174,7 +174,7 @@ def test_ingest_labels_every_run_of_its_sources_even_when_already_loaded(db_url,
     assert bad.returncode == 1 and bad.stderr.strip().splitlines() == ["Error: a label is key=value, got 'step'"]
 
 
-def test_the_readme_runs_are_named_and_compared_by_name_or_prefix(db_url):
+def test_the_readme_runs_are_named_and_compared_by_name_or_prefix(db_url, tmp_path):
     _ingest(db_url, "examples/sample")
     runs = _runs(db_url)
     assert [r["name"] for r in runs] == [f"sample-{r['run_key'][:8]}" for r in runs]
@@ -189,6 +189,8 @@ def test_the_readme_runs_are_named_and_compared_by_name_or_prefix(db_url):
     trial = hits[0]["trial_name"]
     shown = cli(db_url, "show", f"{first['run_key'][:8]}/{trial}", "--format", "json")
     assert shown.returncode == 0 and json.loads(shown.stdout)["run_key"] == first["run_key"]
+    exported = cli(db_url, "export", "hub", str(tmp_path / "out"), "--run", first["name"])
+    assert exported.returncode == 0, exported.stderr
     nosuch = cli(db_url, "search", "the", "--run", "NOSUCH")
     assert nosuch.returncode == 1
     assert nosuch.stderr.strip().splitlines() == ["Error: no run 'NOSUCH' (`warehouse runs` lists them)"]

@@ -17,7 +17,8 @@ from warehouse.filters import Filters
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param, run_canned
 from warehouse.readonly import DEFAULT_TIMEOUT
 
-query_app = typer.Typer(no_args_is_help=True, help="Canned cross-run queries: `warehouse query list` shows them.")
+query_app = typer.Typer(no_args_is_help=True, help="Canned cross-run queries: `warehouse query list` shows them. "
+                        "Each takes --run, --task, --model, --agent and --label to narrow it.")
 app.add_typer(query_app, name="query")
 
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Stop the query after this many seconds.")]
@@ -36,7 +37,8 @@ FILTER_OPTIONS = (
 def list_queries(fmt: FormatOption = Format.table) -> None:
     """List the canned queries and their parameters."""
     write_rows(["name", "description", "params"],
-               [(q.name, q.summary, " ".join(p.option for p in q.params)) for q in QUERIES.values()], fmt)
+               [(q.name, q.summary, " ".join(p.name.upper() if p.positional else p.option for p in q.params))
+                for q in QUERIES.values()], fmt)
 
 
 def _option(param: Param) -> inspect.Parameter:
