@@ -143,18 +143,19 @@ _READS_TRIALS = re.compile(r"\b(FROM|JOIN)\s+(trials|episodes|turns)\b", re.IGNO
 @pytest.mark.parametrize("name", list(QUERIES))
 def test_filters_keep_the_summary_path(name, whole, engine):
     """At the default threshold a filtered query still reads the summaries, never the trials;
-    the one exception: lengths narrowed within runs (trial_lengths has no task, model, agent)."""
+    the one exception: lengths narrowed within runs reads the trials' own columns beside
+    trial_lengths (which has no task, model or agent), never their episodes."""
     query = QUERIES[name]
     values = query.values({p.name: "run-a" for p in query.params if p.required})
     for case, (filters, _) in CASES.items():
         sql, _ = query.plan(values, filters=filters)
-        if name == "lengths" and filters.narrows_trials:
-            assert sql is query.sql, case
-            continue
-        assert sql is query.summary_sql, case
+        narrowed = name == "lengths" and filters.narrows_trials
+        assert sql is (query.narrowed_sql if narrowed else query.summary_sql), case
         with engine.connect() as conn:
-            filled, binds = narrow(sql, query.summary_filter_slots, filters, conn)
-        assert "{" not in filled and not _READS_TRIALS.search(filled), (case, filled)
+            filled, binds = narrow(sql, query.filter_slots if narrowed else query.summary_filter_slots,
+                                   filters, conn)
+        reads = {m.group(2).lower() for m in _READS_TRIALS.finditer(filled)}
+        assert "{" not in filled and reads == ({"trials"} if narrowed else set()), (case, filled)
         assert set(binds) <= {n for n in re.findall(r":(\w+)", filled)}, case
 
 

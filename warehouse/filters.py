@@ -88,9 +88,12 @@ class Filters:
         return ids
 
     def sql(self, conn: Connection, *, run_id: str | None = None, task: str | None = None,
-            model: str | None = None, agent: str | None = None) -> tuple[str, dict[str, str]]:
+            model: str | None = None, agent: str | None = None, task_id: str | None = None
+            ) -> tuple[str, dict[str, str]]:
         """A predicate over the column expressions named (e.g. `run_id="b.run_id"`), and its
-        binds, named `f_…` so as not to meet the statement's own. `1=1` when nothing filters."""
+        binds, named `f_…` so as not to meet the statement's own. `1=1` when nothing filters.
+        A table with a task's id but not its name gives `task_id`: the globs are then matched
+        in `tasks`, once, not once per row."""
         binds: dict[str, str] = {}
         terms: list[str] = []
 
@@ -119,7 +122,9 @@ class Filters:
             # Integers the database gave: written in, so callers need no expanding binds.
             column = need(run_id, "--run or --label")
             terms.append(f"{column} IN ({', '.join(str(i) for i in sorted(ids))})" if ids else "1=0")
-        if self.tasks:
+        if self.tasks and task is None and task_id is not None:
+            terms.append(f"{task_id} IN (SELECT tk_f.id FROM tasks tk_f WHERE {globs('task', 'tk_f.name', self.tasks)})")
+        elif self.tasks:
             terms.append(globs("task", need(task, "--task"), self.tasks))
         if self.models:
             terms.append(globs("model", need(model, "--model"), self.models, model_names=True))

@@ -28,8 +28,7 @@ THRESHOLD = Param(
 def _trial_columns(t: str) -> dict[str, str]:
     """What the filters compare, in a table with a trial's run_id, task_id, model and agent
     (trials, run_task_breakdown) under alias `t`."""
-    return {"run_id": f"{t}.run_id", "task": f"(SELECT tf.name FROM tasks tf WHERE tf.id = {t}.task_id)",
-            "model": f"{t}.model", "agent": f"{t}.agent"}
+    return {"run_id": f"{t}.run_id", "task_id": f"{t}.task_id", "model": f"{t}.model", "agent": f"{t}.agent"}
 
 
 _RUN_COLUMNS = {"run_id": "r.id"}
@@ -245,6 +244,6 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         summary_post=_lengths_by_rank,
         filter_slots={"filters": _trial_columns("tr")},
         summary_filter_slots={"filters_runs": _RUN_COLUMNS},
-        summary_narrows_trials=False,  # trial_lengths has no task, model or agent
+        narrowed_sql=sql_file("lengths_narrowed"),  # trial_lengths has no task, model or agent
     ),
 )}

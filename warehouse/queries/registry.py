@@ -17,13 +17,14 @@ slot whose name ends in `_runs` takes only the filters that pick runs. The summa
 `{outcomes}` instead of run_task_outcomes: the table itself when nothing narrows, else its rows
 narrowed, or, for --model or --agent (which it does not hold), the same sums from
 run_task_breakdown's rows of those models and agents. So filters keep the summaries' speed.
-`{trials_narrowed}` is 1 when the filters pick trials within runs.
+`{trials_narrowed}` is 1 when the filters pick trials within runs. A query whose summaries
+cannot narrow by task, model or agent (lengths) has a third statement for that (`narrowed_sql`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -119,8 +120,9 @@ class CannedQuery:
     # use: run_id, task, model, agent (warehouse.filters.Filters.sql).
     filter_slots: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
     summary_filter_slots: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
-    # Whether summary_sql can narrow by task, model and agent; if not, those go to `sql`.
-    summary_narrows_trials: bool = True
+    # Where summary_sql cannot narrow by task, model or agent: a statement that can, from the
+    # summaries and the trials' own columns (no episode read); filled as `sql` and finished by `post`.
+    narrowed_sql: str | None = None
 
     @property
     def summary(self) -> str:
@@ -137,8 +139,8 @@ class CannedQuery:
              ) -> tuple[str, PostProcess | None]:
         """The statement that answers these values (and filters), and its post-processing."""
         summarized = values.get("threshold", SUCCESS_THRESHOLD) == SUCCESS_THRESHOLD
-        if filters is not None and filters.narrows_trials and not self.summary_narrows_trials:
-            summarized = False
+        if summaries and summarized and filters and filters.narrows_trials and self.narrowed_sql is not None:
+            return self.narrowed_sql, self.post
         if summaries and summarized and self.summary_sql is not None:
             return self.summary_sql, self.summary_post or self.post
         return self.sql, self.post
@@ -213,13 +215,8 @@ def _outcomes(filters: Filters, predicate: Callable[[Filters, Mapping[str, str]]
     """What a summary statement reads for run_task_outcomes under these filters."""
     if not filters:
         return "run_task_outcomes"
-    by_model = bool(filters.models or filters.agents)
-    t = "b" if by_model else "o_f"
-    where = predicate(replace(filters, tasks=()), {"run_id": f"{t}.run_id", "model": f"{t}.model",
-                                                   "agent": f"{t}.agent"})
-    if filters.tasks:  # by id: the names are matched once, in tasks, not once per row
-        names = predicate(Filters(tasks=filters.tasks), {"task": "tk.name"})
-        where += f" AND {t}.task_id IN (SELECT tk.id FROM tasks tk WHERE {names})"
-    if by_model:
-        return _OUTCOMES_FROM_BREAKDOWN.format(predicate=where)
+    if filters.models or filters.agents:
+        return _OUTCOMES_FROM_BREAKDOWN.format(predicate=predicate(filters, {
+            "run_id": "b.run_id", "task_id": "b.task_id", "model": "b.model", "agent": "b.agent"}))
+    where = predicate(filters, {"run_id": "o_f.run_id", "task_id": "o_f.task_id"})
     return f"(SELECT * FROM run_task_outcomes o_f WHERE {where})"
