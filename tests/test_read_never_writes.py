@@ -40,6 +40,8 @@ def _commands() -> dict[str, list[str]]:
         "export-tables": ["export", "tables", "{out}"],
         "db-current": ["db", "current"],
         "db-check": ["db", "check"],
+        "runs": ["runs"],
+        "query-filtered": ["query", "pass-rate", "--run", "{a}", "--task", "*", "--by", "label:step"],
     }
     for name in QUERIES:
         commands[f"query-{name}"] = ["query", name, *(["--a", "{a}", "--b", "{b}"] if name == "compare" else [])]
