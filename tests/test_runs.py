@@ -81,9 +81,15 @@ def test_label_text_and_order():
 
 def _trials(conn, filters: Filters) -> list[tuple[str, str]]:
     predicate, binds = filters.sql(conn, run_id="r.id", task="ta.name", model="t.model", agent="t.agent")
-    return [tuple(row) for row in conn.execute(text(
+    found = [tuple(row) for row in conn.execute(text(
         "SELECT r.run_key, t.trial_name FROM trials t JOIN runs r ON r.id = t.run_id "
         f"LEFT JOIN tasks ta ON ta.id = t.task_id WHERE {predicate} ORDER BY 1, 2"), binds)]
+    # By the task's id (a table without its name): the same trials.
+    predicate, binds = filters.sql(conn, run_id="r.id", task_id="t.task_id", model="t.model", agent="t.agent")
+    assert found == [tuple(row) for row in conn.execute(text(
+        "SELECT r.run_key, t.trial_name FROM trials t JOIN runs r ON r.id = t.run_id "
+        f"WHERE {predicate} ORDER BY 1, 2"), binds)]
+    return found
 
 
 def test_filters_narrow_by_run_task_model_agent_and_label(wh):
