@@ -1,10 +1,13 @@
 """The arithmetic the canned queries finish in Python: where portable SQL cannot do it
-(pass@k's products, percentiles) or cannot do it readably."""
+(pass@k's products, percentiles, confidence intervals, tests) or cannot do it readably."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import random
+from bisect import bisect
+from collections.abc import Iterator, Sequence
+from itertools import accumulate
 
 
 def pass_at_k(n: int, c: int, k: int) -> float | None:
@@ -43,3 +46,119 @@ def percentile_ranks(n: int, p: float) -> tuple[int, int, float]:
 
 def interpolate(low: float, high: float, fraction: float) -> float:
     return low + (high - low) * fraction
+
+
+# --- uncertainty -------------------------------------------------------------------------------
+# No numpy or scipy at run time: the normal quantile is the stdlib's, the binomial tail is summed
+# exactly, and the bootstrap draws with random.Random(seed), so every answer is reproducible.
+
+def normal_quantile(p: float) -> float:
+    """The standard normal distribution's p-quantile (0 < p < 1)."""
+    from statistics import NormalDist  # imported here: most queries never need it
+
+    return NormalDist().inv_cdf(p)
+
+
+def wilson_interval(successes: int, trials: int, confidence: float = 0.95
+                    ) -> tuple[float, float] | tuple[None, None]:
+    """The Wilson score interval for a rate of successes out of trials: the rates p whose
+    normal test |successes/trials - p| / sqrt(p(1-p)/trials) does not reject at this confidence.
+    Unlike the textbook p ± z·se it stays inside [0, 1] and is not zero-width at 0 or 1.
+    (None, None) with no trials."""
+    if trials == 0:
+        return None, None
+    z = normal_quantile(1 - (1 - confidence) / 2)
+    z2 = z * z
+    rate = successes / trials
+    scale = 1 + z2 / trials
+    centre = (rate + z2 / (2 * trials)) / scale
+    half = z / scale * math.sqrt(rate * (1 - rate) / trials + z2 / (4 * trials * trials))
+    # At 0 or 1 successes the bound is exactly the rate; arithmetic would leave a hair off.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == trials else min(1.0, centre + half)
+    return low, high
+
+
+# Up to here binomial tails are summed in exact integers; past it in log space (fast, and
+# exact to float precision either way).
+_EXACT_BINOMIAL_MAX = 1000
+
+
+def mcnemar_exact(gained: int, lost: int) -> float:
+    """McNemar's exact test of paired solved/unsolved outcomes: the two-sided p-value of
+    `gained` tasks solved only by B against `lost` solved only by A, under the null that each
+    such discordant task goes either way with chance 1/2 (the tasks both or neither solved
+    carry no information). p = min(1, 2 · sum_{i <= min(gained, lost)} C(d, i) / 2^d), d their sum."""
+    d, m = gained + lost, min(gained, lost)
+    if 2 * m >= d:  # the counts are even (or d = 0): nothing is less likely than this
+        return 1.0
+    if d <= _EXACT_BINOMIAL_MAX:
+        return min(1.0, 2 * sum(math.comb(d, i) for i in range(m + 1)) / 2 ** d)
+    log_terms = [math.lgamma(d + 1) - math.lgamma(i + 1) - math.lgamma(d - i + 1) - d * math.log(2)
+                 for i in range(m + 1)]
+    top = max(log_terms)
+    return min(1.0, 2 * math.exp(top) * math.fsum(math.exp(t - top) for t in log_terms))
+
+
+def _binomial_cdf(n: int, p: float) -> tuple[int, list[float]]:
+    """Binomial(n, p)'s cumulative distribution over the outcomes that carry any mass: the
+    first of them, and the running sums from it, scaled to end at 1. Built outwards from the
+    mode by the ratio of neighbouring probabilities, as far as terms of 1e-20: what is left off
+    lies past what random() can draw."""
+    if n == 0 or p <= 0.0:
+        return 0, [1.0]
+    if p >= 1.0:
+        return n, [1.0]
+    odds = p / (1.0 - p)
+    mode = min(n, int((n + 1) * p))
+    at_mode = math.exp(math.lgamma(n + 1) - math.lgamma(mode + 1) - math.lgamma(n - mode + 1)
+                       + mode * math.log(p) + (n - mode) * math.log1p(-p))
+    below, k, pmf = [], mode, at_mode
+    while k > 0 and pmf > 1e-20:  # pmf(k - 1) = pmf(k) · k / ((n - k + 1) · odds)
+        pmf *= k / ((n - k + 1) * odds)
+        k -= 1
+        below.append(pmf)
+    above, k, pmf = [], mode, at_mode
+    while k < n and pmf > 1e-20:  # pmf(k + 1) = pmf(k) · (n - k) · odds / (k + 1)
+        pmf *= (n - k) * odds / (k + 1)
+        k += 1
+        above.append(pmf)
+    cdf = list(accumulate([*reversed(below), at_mode, *above]))
+    return mode - len(below), [c / cdf[-1] for c in cdf]  # lgamma's rounding: the sum is 1 ± 1e-12
+
+
+def bootstrap_counts(weights: Sequence[int], resamples: int, rng: random.Random) -> Iterator[list[int]]:
+    """Resamples of sum(weights) items drawn with replacement from cells holding weights[j]
+    items each: how many draws fell in each cell, for each resample.
+
+    A statistic of tasks that depends only on each task's cell (its (n, c), its difference)
+    needs no more than these counts: a multinomial draw over the few cells, as conditional
+    binomials (cell j gets Binomial(draws left, its share of the cells left)), each drawn by
+    inversion of its distribution, tabulated once per (cell, draws left), instead of one draw
+    per task."""
+    total = sum(weights)
+    in_and_after = list(accumulate(reversed(weights)))[::-1]  # items in cell j and the cells after it
+    shares = [weight / mass if mass else 0.0 for weight, mass in zip(weights, in_and_after)]
+    tables: dict[tuple[int, int], tuple[int, list[float]]] = {}
+    for _ in range(resamples):
+        left, counts = total, []
+        for j, share in enumerate(shares):
+            table = tables.get((j, left))
+            if table is None:
+                table = tables[(j, left)] = _binomial_cdf(left, share)
+            first, cdf = table
+            drawn = first + min(bisect(cdf, rng.random()), len(cdf) - 1)
+            counts.append(drawn)
+            left -= drawn
+        yield counts
+
+
+def percentile_interval(statistics: Sequence[float], confidence: float
+                        ) -> tuple[float, float] | tuple[None, None]:
+    """The bootstrap percentile interval: the (1-confidence)/2 and (1+confidence)/2 quantiles of
+    the resampled statistics (interpolated as percentile() does). (None, None) with none."""
+    ordered = sorted(statistics)
+    if not ordered:
+        return None, None
+    return (percentile(ordered, (1 - confidence) / 2),  # type: ignore[return-value]
+            percentile(ordered, (1 + confidence) / 2))
