@@ -72,7 +72,7 @@ def _pass_rate_post(columns: list[str], rows: Rows, values: Mapping[str, Any], r
     named = [name if c == "grp" else c for c in columns]
     trials, successes = columns.index("trials"), columns.index("successes")
     return named[:at] + ["pass_rate_low", "pass_rate_high"] + named[at:], [
-        row[:at] + wilson_interval(row[successes], row[trials], confidence) + row[at:] for row in rows]
+        row[:at] + wilson_interval(int(row[successes]), int(row[trials]), confidence) + row[at:] for row in rows]
 
 
 def _mean(scores: list[float | None], weights: Sequence[int]) -> float | None:
@@ -110,7 +110,7 @@ def _pass_at_k_post(columns: list[str], rows: Rows, values: Mapping[str, Any], r
             (run, task, n, c, *(pass_at_k(n, c, k) for k in ks)) for run, task, n, c, _ in rows]
     per_run = []
     for run, group in groupby(rows, key=lambda row: row[0]):
-        cells = [(n, c, tasks) for _, _, n, c, tasks in group]  # a task's pass@k is its cell's
+        cells = [(int(n), int(c), int(tasks)) for _, _, n, c, tasks in group]  # a task's pass@k is its cell's
         weights = [tasks for *_, tasks in cells]
         scores = [[pass_at_k(n, c, k) for n, c, _ in cells] for k in ks]
         # Seeded per run, so that a run's interval is the same whichever other runs are shown.
@@ -138,7 +138,8 @@ def _compare_test_post(columns: list[str], rows: Rows, values: Mapping[str, Any]
                        ) -> tuple[list[str], Rows]:
     """compare's per-task rows as one row: McNemar's exact test and the paired bootstrap."""
     confidence, _ = _uncertainty(values)
-    shared = [(a_n, a_c, b_n, b_c) for _, a_n, a_c, b_n, b_c, _ in rows if a_n and b_n]
+    # PostgreSQL sums bigints as numeric: counts come as Decimals there.
+    shared = [(int(a_n), int(a_c), int(b_n), int(b_c)) for _, a_n, a_c, b_n, b_c, _ in rows if a_n and b_n]
     gained = sum(1 for _, a_c, _, b_c in shared if a_c == 0 and b_c > 0)
     lost = sum(1 for _, a_c, _, b_c in shared if a_c > 0 and b_c == 0)
     p_value = mcnemar_exact(gained, lost)

@@ -100,31 +100,39 @@ def mcnemar_exact(gained: int, lost: int) -> float:
     return min(1.0, 2 * math.exp(top) * math.fsum(math.exp(t - top) for t in log_terms))
 
 
-def _binomial_cdf(n: int, p: float) -> tuple[int, list[float]]:
-    """Binomial(n, p)'s cumulative distribution over the outcomes that carry any mass: the
-    first of them, and the running sums from it, scaled to end at 1. Built outwards from the
-    mode by the ratio of neighbouring probabilities, as far as terms of 1e-20: what is left off
-    lies past what random() can draw."""
-    if n == 0 or p <= 0.0:
-        return 0, [1.0]
-    if p >= 1.0:
-        return n, [1.0]
-    odds = p / (1.0 - p)
-    mode = min(n, int((n + 1) * p))
-    at_mode = math.exp(math.lgamma(n + 1) - math.lgamma(mode + 1) - math.lgamma(n - mode + 1)
-                       + mode * math.log(p) + (n - mode) * math.log1p(-p))
-    below, k, pmf = [], mode, at_mode
-    while k > 0 and pmf > 1e-20:  # pmf(k - 1) = pmf(k) · k / ((n - k + 1) · odds)
-        pmf *= k / ((n - k + 1) * odds)
-        k -= 1
-        below.append(pmf)
-    above, k, pmf = [], mode, at_mode
-    while k < n and pmf > 1e-20:  # pmf(k + 1) = pmf(k) · (n - k) · odds / (k + 1)
-        pmf *= (n - k) * odds / (k + 1)
-        k += 1
-        above.append(pmf)
-    cdf = list(accumulate([*reversed(below), at_mode, *above]))
-    return mode - len(below), [c / cdf[-1] for c in cdf]  # lgamma's rounding: the sum is 1 ± 1e-12
+class _Binomial:
+    """Binomial(n, p), drawn by inversion: its outcomes are laid out from the mode outwards,
+    one below and one above in turn (Kemp's alternating search), with their running total of
+    probability, and a draw u in [0, 1) is the outcome where that total first passes u. The
+    layout is extended only as far as the draws so far have reached, a few standard deviations,
+    and kept, so that many draws cost one bisection each."""
+
+    def __init__(self, n: int, p: float):
+        self.n, self.odds = n, p / (1.0 - p)
+        mode = min(n, int((n + 1) * p))
+        at_mode = math.exp(math.lgamma(n + 1) - math.lgamma(mode + 1) - math.lgamma(n - mode + 1)
+                           + mode * math.log(p) + (n - mode) * math.log1p(-p))
+        self.outcomes, self.totals = [mode], [at_mode]
+        self.low = self.high = mode
+        self.at_low = self.at_high = at_mode
+
+    def draw(self, u: float) -> int:
+        while u >= self.totals[-1] and (self.low > 0 or self.high < self.n):
+            self._extend()
+        return self.outcomes[min(bisect(self.totals, u), len(self.outcomes) - 1)]
+
+    def _extend(self) -> None:
+        n, odds = self.n, self.odds
+        if self.low > 0:  # pmf(k - 1) = pmf(k) · k / ((n - k + 1) · odds)
+            self.at_low *= self.low / ((n - self.low + 1) * odds)
+            self.low -= 1
+            self.outcomes.append(self.low)
+            self.totals.append(self.totals[-1] + self.at_low)
+        if self.high < n:  # pmf(k + 1) = pmf(k) · (n - k) · odds / (k + 1)
+            self.at_high *= (n - self.high) * odds / (self.high + 1)
+            self.high += 1
+            self.outcomes.append(self.high)
+            self.totals.append(self.totals[-1] + self.at_high)
 
 
 def bootstrap_counts(weights: Sequence[int], resamples: int, rng: random.Random) -> Iterator[list[int]]:
@@ -133,21 +141,24 @@ def bootstrap_counts(weights: Sequence[int], resamples: int, rng: random.Random)
 
     A statistic of tasks that depends only on each task's cell (its (n, c), its difference)
     needs no more than these counts: a multinomial draw over the few cells, as conditional
-    binomials (cell j gets Binomial(draws left, its share of the cells left)), each drawn by
-    inversion of its distribution, tabulated once per (cell, draws left), instead of one draw
-    per task."""
+    binomials (cell j gets Binomial(draws left, its share of the items left)), instead of one
+    draw per task. Each (cell, draws left) keeps its _Binomial for the next resample."""
     total = sum(weights)
     in_and_after = list(accumulate(reversed(weights)))[::-1]  # items in cell j and the cells after it
     shares = [weight / mass if mass else 0.0 for weight, mass in zip(weights, in_and_after)]
-    tables: dict[tuple[int, int], tuple[int, list[float]]] = {}
+    binomials: dict[tuple[int, int], _Binomial] = {}
     for _ in range(resamples):
         left, counts = total, []
         for j, share in enumerate(shares):
-            table = tables.get((j, left))
-            if table is None:
-                table = tables[(j, left)] = _binomial_cdf(left, share)
-            first, cdf = table
-            drawn = first + min(bisect(cdf, rng.random()), len(cdf) - 1)
+            if left == 0 or share <= 0.0:
+                drawn = 0
+            elif share >= 1.0:
+                drawn = left
+            else:
+                binomial = binomials.get((j, left))
+                if binomial is None:
+                    binomial = binomials[(j, left)] = _Binomial(left, share)
+                drawn = binomial.draw(rng.random())
             counts.append(drawn)
             left -= drawn
         yield counts
