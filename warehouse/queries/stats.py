@@ -146,19 +146,24 @@ def bootstrap_counts(weights: Sequence[int], resamples: int, rng: random.Random)
     total = sum(weights)
     in_and_after = list(accumulate(reversed(weights)))[::-1]  # items in cell j and the cells after it
     shares = [weight / mass if mass else 0.0 for weight, mass in zip(weights, in_and_after)]
-    binomials: dict[tuple[int, int], _Binomial] = {}
+    binomials: list[dict[int, _Binomial]] = [{} for _ in weights]  # per cell, by draws left
+    draw = rng.random
     for _ in range(resamples):
         left, counts = total, []
-        for j, share in enumerate(shares):
+        for share, known in zip(shares, binomials):
             if left == 0 or share <= 0.0:
                 drawn = 0
             elif share >= 1.0:
                 drawn = left
             else:
-                binomial = binomials.get((j, left))
+                binomial = known.get(left)
                 if binomial is None:
-                    binomial = binomials[(j, left)] = _Binomial(left, share)
-                drawn = binomial.draw(rng.random())
+                    binomial = known[left] = _Binomial(left, share)
+                u = draw()
+                # Most draws land in what is laid out already: one bisection (this loop is the
+                # bootstrap's whole cost, so it skips the method call then).
+                drawn = (binomial.outcomes[bisect(binomial.totals, u)] if u < binomial.totals[-1]
+                         else binomial.draw(u))
             counts.append(drawn)
             left -= drawn
         yield counts
