@@ -105,6 +105,7 @@ def _bootstrap_means(scores: list[list[float | None]], weights: list[int], value
 def _pass_at_k_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
                     ) -> tuple[list[str], Rows]:
     ks: IntList = values["k"]
+    _uncertainty(values)  # checked with --per-task too, which has no interval
     if values["per_task"]:  # one row per task: its (n, c) counted once
         return ["run_key", "task", "n", "c", *(f"pass@{k}" for k in ks)], [
             (run, task, n, c, *(pass_at_k(n, c, k) for k in ks)) for run, task, n, c, _ in rows]
@@ -167,15 +168,15 @@ def _compare_test_post(columns: list[str], rows: Rows, values: Mapping[str, Any]
 def _compare_footnote(url: URL | str, values: Mapping[str, Any], timeout: float) -> str:
     """compare-test's row in one line, for a reader of compare's table."""
     test = QUERIES["compare-test"]
-    result = run_canned(url, test, {p.name: values[p.name] for p in test.params}, timeout=timeout)
+    given = test.values({p.name: values[p.name] for p in test.params})
+    result = run_canned(url, test, given, timeout=timeout)
     row = dict(zip(result.columns, result.rows[0]))
-    values = test.values({p.name: values[p.name] for p in test.params})
     if not row["shared"]:
         return "compare: the runs share no task"
     return (f"compare: {row['verdict']}: {row['shared']} shared tasks, B gained {row['gained']} and lost "
             f"{row['lost']} (McNemar exact p = {row['p_value']:.3g}); pass rate B - A = {row['diff']:+.3f}, "
-            f"{values['confidence'] * 100:g}% interval {row['diff_low']:+.3f} to {row['diff_high']:+.3f} "
-            f"(paired bootstrap, {values['resamples']} resamples, seed {values['seed']})")
+            f"{given['confidence'] * 100:g}% interval {row['diff_low']:+.3f} to {row['diff_high']:+.3f} "
+            f"(paired bootstrap, {given['resamples']} resamples, seed {given['seed']})")
 
 
 _LENGTH_MEASURES = ("turns", "chars", "input_tokens", "output_tokens")
@@ -247,7 +248,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             "grouped by run, model or agent.\n\n"
             "pass_rate_low and pass_rate_high bound the pass rate at --confidence (default 0.95): "
             "the Wilson score interval for successes out of trials, which treats the trials as "
-            "independent attempts."
+            "independent. Attempts at one task are alike, so a run with many per task is surer of "
+            "this than it should be: pass-at-k's pass@1 interval resamples tasks instead."
         ),
         params=(
             Param("by", str, "run", "Group by run, model or agent.", choices=("run", "model", "agent")),
