@@ -90,7 +90,7 @@ def mcnemar_exact(gained: int, lost: int) -> float:
     such discordant task goes either way with chance 1/2 (the tasks both or neither solved
     carry no information). p = min(1, 2 · sum_{i <= min(gained, lost)} C(d, i) / 2^d), d their sum."""
     d, m = gained + lost, min(gained, lost)
-    if 2 * m >= d:  # the counts are even (or d = 0): nothing is less likely than this
+    if 2 * m >= d:  # gained == lost (or d = 0): no split is more even than this one
         return 1.0
     if d <= _EXACT_BINOMIAL_MAX:
         return min(1.0, 2 * sum(math.comb(d, i) for i in range(m + 1)) / 2 ** d)
