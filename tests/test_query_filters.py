@@ -88,7 +88,7 @@ def _variants(name: str, runs: list[str]) -> list[dict[str, Any]]:
     if "per_task" in params:
         variants += [{"per_task": True, "k": "1,2,3"}]
     if "a" in params:
-        variants = [dict(v, a=runs[0], b=runs[-1]) for v in ({}, {"flipped": True})]
+        variants = [dict(v, a=runs[0], b=runs[-1]) for v in ({}, {"flipped": True}) if set(v) <= params]
     if "threshold" in params:
         variants += [dict(v, threshold=0.5) for v in variants]  # the definitions, filtered
     return variants
@@ -192,7 +192,7 @@ def test_pass_rate_by_label_orders_numbers_as_numbers(whole, engine):
 
 def test_cli_filters_every_query(whole):
     for name, query in QUERIES.items():
-        positional = ["run-a", "beta"] if name == "compare" else []
+        positional = ["run-a", "beta"] if name in ("compare", "compare-test") else []
         done = cli(whole, "query", name, *positional, "--run", "run-a", "--run", "beta", "--task", "task*",
                    "--label", "kind=x", "--format", "json")
         assert done.returncode == 0, (name, done.stderr)

@@ -44,7 +44,8 @@ def _commands() -> dict[str, list[str]]:
         "query-filtered": ["query", "pass-rate", "--run", "{a}", "--task", "*", "--by", "label:step"],
     }
     for name in QUERIES:
-        commands[f"query-{name}"] = ["query", name, *(["--a", "{a}", "--b", "{b}"] if name == "compare" else [])]
+        two_runs = any(p.name == "a" for p in QUERIES[name].params)  # compare, compare-test
+        commands[f"query-{name}"] = ["query", name, *(["--a", "{a}", "--b", "{b}"] if two_runs else [])]
     return commands
 
 

@@ -103,6 +103,8 @@ Rows = list[tuple[Any, ...]]
 Read = Callable[[str, Mapping[str, Any]], Rows]
 # (columns, rows, parameter values, read) -> (columns, rows), for what SQL cannot do portably.
 PostProcess = Callable[[list[str], Rows, Mapping[str, Any], Read], tuple[list[str], Rows]]
+# (database URL, parameter values, filters, timeout) -> one line the CLI prints on stderr after a table.
+Footnote = Callable[[URL | str, Mapping[str, Any], "Filters", float], str]
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,8 @@ class CannedQuery:
     # Where summary_sql cannot narrow by task, model or agent: a statement that can, from the
     # summaries and the trials' own columns (no episode read); filled as `sql` and finished by `post`.
     narrowed_sql: str | None = None
+    # What a reader of the table should know besides its rows (compare: its test's verdict).
+    footnote: Footnote | None = field(default=None, compare=False)
 
     @property
     def summary(self) -> str:
