@@ -21,6 +21,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -369,7 +370,14 @@ def _describe_filters(by: str, runs: Sequence[str], filters: Mapping[str, Any]) 
 
 
 def _dicts(result: ReadResult) -> list[dict[str, Any]]:
-    return [dict(zip(result.columns, row)) for row in result.rows]
+    return [{column: _number(value) for column, value in zip(result.columns, row)} for row in result.rows]
+
+
+def _number(value: Any) -> Any:
+    """PostgreSQL's sums come as Decimals, which neither mix with floats nor go to JSON."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value
 
 
 def _e(value: Any) -> str:
