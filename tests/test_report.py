@@ -4,8 +4,7 @@ network cut off, and must load without a request leaving the file, without a scr
 with every chart drawn from the warehouse's numbers.
 
 Chromium missing: skipped locally, a failure under CI or with WAREHOUSE_REQUIRE_BROWSER=1 (.ci/run
-installs it). WAREHOUSE_REPORT_SCREENSHOT=PATH also saves the SQLite report's screenshot there
-(how docs/report.png is made)."""
+installs it). docs/report.png is this sweep's report."""
 
 from __future__ import annotations
 
@@ -161,7 +160,7 @@ def report(url: str, out: Path, *args: str) -> subprocess.CompletedProcess:
 
 # --- the page in the browser -----------------------------------------------------------------
 
-def test_report_of_a_sweep_draws_every_chart_offline(sweep, backend, opened, tmp_path):
+def test_report_of_a_sweep_draws_every_chart_offline(sweep, opened, tmp_path):
     out = tmp_path / "sweep.html"
     done = report(sweep, out)
     assert done.returncode == 0, done.stderr
@@ -173,8 +172,6 @@ def test_report_of_a_sweep_draws_every_chart_offline(sweep, backend, opened, tmp
     charts = view.charts()
     shot = tmp_path / "report.png"
     view.page.screenshot(path=str(shot), full_page=True)
-    if backend == "sqlite" and os.environ.get("WAREHOUSE_REPORT_SCREENSHOT"):
-        view.page.screenshot(path=os.environ["WAREHOUSE_REPORT_SCREENSHOT"], full_page=True)
 
     assert view.blocked == [] and all(url.startswith("file:") for url in view.requests), view.requests
     assert view.errors == [] and view.dialogs == []
