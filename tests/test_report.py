@@ -19,8 +19,11 @@ import pytest
 
 from ingest import writer
 from ingest.records import Episode, Trial, Turn
+from sqlalchemy import text
+
 from procs import CLI, run_cli
-from warehouse.report import CHARTS, natural_key, run_labels, wilson
+from warehouse.report import CHARTS, natural_key, run_titles, wilson
+from warehouse.runs import set_labels
 
 REQUIRE_BROWSER = bool(os.environ.get("CI") or os.environ.get("WAREHOUSE_REQUIRE_BROWSER"))
 
@@ -64,10 +67,15 @@ def sweep_trials() -> dict[str, tuple[str, list[Trial]]]:
 
 
 def build_sweep(engine) -> None:
+    """The sweep, each run labelled with its step (and the last two lr=3e-5)."""
     source = writer.ensure_source(engine, "parquet", "/fixture/sweep", "sweep")
     for key, (name, trials) in sweep_trials().items():
         with writer.unit(engine, source, key, f"hash-{key}") as unit:
             unit.add_trials(trials, run_names={key: name})
+    with engine.begin() as conn:
+        for (run_id, name) in conn.execute(text("SELECT id, name FROM runs")).all():
+            step = name.removeprefix("ckpt-")
+            set_labels(conn, run_id, {"step": step, **({"lr": "3e-5"} if int(step) >= 800 else {})})
 
 
 @pytest.fixture
@@ -224,6 +232,23 @@ def test_an_empty_warehouse_gets_a_page_that_says_so(db_url, opened, tmp_path):
 
 # --- the command -----------------------------------------------------------------------------
 
+def test_by_label_draws_the_curve_in_the_label_order(sweep, opened, tmp_path):
+    out = tmp_path / "r.html"
+    done = report(sweep, out, "--by", "label:step")
+    assert done.returncode == 0, done.stderr
+    [curve] = opened(out).charts()["pass-rate"]["data"]
+    assert curve["x"] == [str(step) for step in STEPS]  # as numbers: 200 before 1000
+    assert curve["y"] == pytest.approx([0.1, 0.3, 0.5, 0.7, 0.9])
+    done = report(sweep, out, "--by", "label:lr", "--force")  # two runs have it, three make "(none)"
+    assert done.returncode == 0, done.stderr
+    [curve] = opened(out).charts()["pass-rate"]["data"]
+    assert curve["x"] == ["3e-5", "(none)"]
+    assert curve["y"] == pytest.approx([(28 + 36) / 80, (4 + 12 + 20) / 120])
+    lows, highs = curve["error_y"]["arrayminus"], curve["error_y"]["array"]
+    assert [y - low for y, low in zip(curve["y"], lows)] == pytest.approx([wilson(64, 80)[0], wilson(36, 120)[0]])
+    assert [y + high for y, high in zip(curve["y"], highs)] == pytest.approx([wilson(64, 80)[1], wilson(36, 120)[1]])
+
+
 def test_by_model_groups_the_curve(sweep, tmp_path):
     out = tmp_path / "r.html"
     done = report(sweep, out, "--by", "model")
@@ -231,24 +256,41 @@ def test_by_model_groups_the_curve(sweep, tmp_path):
     assert "pass rate by model" in out.read_text(encoding="utf-8")
 
 
-def test_run_narrows_every_section(sweep, tmp_path):
-    keys = list(sweep_trials())
+@pytest.mark.parametrize("args, runs", [
+    (["--run", "ckpt-1000", "--run", "job-e"], ["ckpt-200", "ckpt-1000"]),  # a name, a key prefix
+    (["--label", "lr=3e-5"], ["ckpt-800", "ckpt-1000"]),
+    (["--label", "lr=3e-5", "--run", "ckpt-800", "--run", "ckpt-200"], ["ckpt-800"]),  # both apply
+])
+def test_run_and_label_narrow_every_section(sweep, args, runs, tmp_path):
     out = tmp_path / "r.html"
-    done = report(sweep, out, "--run", keys[4], "--run", keys[0])
+    done = report(sweep, out, *args)
     assert done.returncode == 0, done.stderr
-    assert "2 runs, 10 tasks, 4 charts" in done.stderr
+    assert f"{len(runs)} run{'s' if len(runs) > 1 else ''}, 10 tasks, 4 charts" in done.stderr
     page = out.read_text(encoding="utf-8")
-    assert "ckpt-200" in page and "ckpt-1000" in page and "ckpt-600" not in page
+    assert [f"ckpt-{step}" for step in STEPS if f"<td>ckpt-{step}</td>" in page] == runs
 
 
-def test_run_errors_are_one_line(sweep, tmp_path):
+def test_labels_no_run_has_give_a_page_that_says_so(sweep, tmp_path):
     out = tmp_path / "r.html"
-    done = report(sweep, out, "--run", "nosuch")
-    assert (done.returncode, done.stderr.strip()) == (1, "Error: no run 'nosuch' (warehouse query runs lists them)")
-    done = report(sweep, out, "--run", list(sweep_trials())[0], "--by", "model")
-    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "--run with --by model" in done.stderr
-    done = report(sweep, out, "--by", "nosuch")
-    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "--by must be one of" in done.stderr
+    done = report(sweep, out, "--label", "lr=1")
+    assert done.returncode == 0, done.stderr
+    assert "Nothing to show: this warehouse holds no runs that match." in out.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--run", "nosuch"], "no run 'nosuch' (`warehouse runs` lists them)"),
+    (["--run", "job-"], "run 'job-' is ambiguous: it could be "),
+    (["--run", "ckpt-200", "--by", "model"], "--by model with --run or --label needs the canned queries' filters"),
+    (["--by", "nosuch"], "--by is run, model, agent or label:KEY, not 'nosuch'"),
+    (["--by", "label:nosuch"], "no run carries the label 'nosuch'"),
+    (["--label", "step"], "a label is key=value, got 'step'"),
+    (["--task", "fix-*"], "the report cannot be narrowed by task, model or agent yet"),
+])
+def test_errors_are_one_line_and_write_nothing(sweep, args, error, tmp_path):
+    out = tmp_path / "r.html"
+    done = report(sweep, out, *args)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("Error: " + error)
     assert not out.exists() and not list(tmp_path.glob(".r.html.*"))
 
 
@@ -304,10 +346,10 @@ def test_wilson_by_hand():
     assert wilson(0, 0) == (None, None)
 
 
-def test_run_labels_are_unique_and_natural_order_reads_numbers():
+def test_run_titles_are_unique_and_natural_order_reads_numbers():
     rows = [{"run_key": "aaaa1111-x", "name": "ckpt"}, {"run_key": "bbbb2222-y", "name": "ckpt"},
             {"run_key": "cccc3333-z", "name": None}]
-    assert run_labels(rows) == {"aaaa1111-x": "ckpt (aaaa1111)", "bbbb2222-y": "ckpt (bbbb2222)",
+    assert run_titles(rows) == {"aaaa1111-x": "ckpt (aaaa1111)", "bbbb2222-y": "ckpt (bbbb2222)",
                                 "cccc3333-z": "cccc3333"}
     assert sorted(["ckpt-1000", "ckpt-200", "ckpt-30", "base"], key=natural_key) == [
         "base", "ckpt-30", "ckpt-200", "ckpt-1000"]

@@ -25,12 +25,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import URL
+from sqlalchemy import Engine, text
 
 from warehouse.db.engine import redact
+from warehouse.display import printable
 from warehouse.errors import WarehouseError
+from warehouse.filters import Filters
 from warehouse.queries import QUERIES, run_canned
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult
+from warehouse.runs import label_sort_key, labels_of
 
 INSTALL_HINT = "python3 -m pip install plotly (or the project's extra: pip install 'trajectory-warehouse[report]')"
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -49,6 +52,7 @@ class ReportData:
     failures: ReadResult
     lengths: ReadResult
     by: str
+    labels: Mapping[str, Mapping[str, str]]  # each run's labels, by run_key
 
 
 @dataclass(frozen=True)
@@ -75,18 +79,14 @@ def check_out(out: Path, force: bool) -> None:
         raise WarehouseError(f"{out}: exists (pass --force to replace it)")
 
 
-def write_report(url: URL | str, out: Path, *, by: str = "run", runs: Sequence[str] = (),
-                 filters: Mapping[str, Any] | None = None, force: bool = False,
-                 timeout: float = DEFAULT_TIMEOUT) -> ReportInfo:
-    """Build the report of the warehouse at `url` and write it to `out`, atomically: OUT is
-    either the whole page or left as it was.
-
-    `runs` are run keys the report is narrowed to (the CLI resolves what the user typed);
-    `filters` are further canned-query parameters (task, label, …) handed to every query."""
+def write_report(engine: Engine, out: Path, *, filters: Filters = Filters(), by: str = "run",
+                 force: bool = False, timeout: float = DEFAULT_TIMEOUT) -> ReportInfo:
+    """Build the report of the warehouse behind `engine` (a reading engine) and write it to
+    `out`, atomically: OUT is either the whole page or left as it was."""
     require_plotly()
     check_out(out, force)
-    data = gather(url, by=by, runs=runs, filters=filters or {}, timeout=timeout)
-    page, charts = render(data, source=redact(url), narrowed=_describe_filters(by, runs, filters or {}))
+    data = gather(engine, filters=filters, by=by, timeout=timeout)
+    page, charts = render(data, source=redact(engine.url), narrowed=_describe(filters, by))
     _write_atomically(out, page, force)
     tasks = len({row[0] for row in data.solve_matrix.rows})
     return ReportInfo(out, len(data.runs.rows), tasks, charts, len(page.encode("utf-8")))
@@ -94,27 +94,65 @@ def write_report(url: URL | str, out: Path, *, by: str = "run", runs: Sequence[s
 
 # --- reading -----------------------------------------------------------------------------------
 
-def gather(url: URL | str, *, by: str = "run", runs: Sequence[str] = (),
-           filters: Mapping[str, Any], timeout: float = DEFAULT_TIMEOUT) -> ReportData:
-    if runs and by != "run":
-        # Rows grouped by model, agent or label cannot be narrowed to runs after the fact.
-        raise WarehouseError(f"--run with --by {by} needs the canned queries' run filter (issue 17.3)")
+def gather(engine: Engine, *, filters: Filters = Filters(), by: str = "run",
+           timeout: float = DEFAULT_TIMEOUT) -> ReportData:
+    """The canned queries' answers, narrowed to the runs `filters` allow. `by` is run, model,
+    agent or label:KEY."""
+    label = _label_key(by)
+    if filters.tasks or filters.models or filters.agents:
+        raise WarehouseError("the report cannot be narrowed by task, model or agent yet: "
+                             "the canned queries take no filters (issue 17.3)")
+    with engine.connect() as conn:
+        allowed = filters.run_ids(conn)  # an unknown or ambiguous run: one line, before any query
+        keys = dict(conn.execute(text("SELECT id, run_key FROM runs")).all())
+        labels = {keys[run_id]: values for run_id, values in labels_of(conn).items()}
+    runs = None if allowed is None else {keys[run_id] for run_id in allowed}
+    if runs is not None and by in ("model", "agent"):
+        # Rows grouped by model or agent cannot be narrowed to some runs after the fact.
+        raise WarehouseError(f"--by {by} with --run or --label needs the canned queries' filters (issue 17.3)")
 
     def ask(name: str, **values: Any) -> ReadResult:
-        return _narrowed(run_canned(url, QUERIES[name], {**values, **filters}, timeout=timeout), runs)
+        return _narrowed(run_canned(engine.url, QUERIES[name], values, timeout=timeout), runs)
 
-    return ReportData(runs=ask("runs"), pass_rate=ask("pass-rate", by=by), solve_matrix=ask("solve-matrix"),
-                      failures=ask("failures"), lengths=ask("lengths"), by=by)
+    pass_rate = ask("pass-rate", by="run" if label else by)
+    return ReportData(runs=ask("runs"), pass_rate=_by_label(pass_rate, labels, label) if label else pass_rate,
+                      solve_matrix=ask("solve-matrix"), failures=ask("failures"), lengths=ask("lengths"),
+                      by=by, labels=labels)
 
 
-def _narrowed(result: ReadResult, runs: Sequence[str]) -> ReadResult:
-    """The rows of the runs asked for. The canned queries take no run filter yet (issue 17.3,
-    the `runs` branch): once they do, `runs` goes into `filters` and this goes away."""
-    if not runs:
+def _label_key(by: str) -> str | None:
+    if by in ("run", "model", "agent"):
+        return None
+    kind, _, key = by.partition(":")
+    if kind != "label" or not key:
+        raise WarehouseError(f"--by is run, model, agent or label:KEY, not {by!r}")
+    return key
+
+
+def _narrowed(result: ReadResult, runs: set[str] | None) -> ReadResult:
+    """The rows of the runs asked for. The canned queries take no filters yet (issue 17.3, the
+    `runs` branch): once they do, the filters go to them and this goes away."""
+    if runs is None:
         return result
-    keep = set(runs)
     at = result.columns.index("run_key")
-    return ReadResult(result.columns, [row for row in result.rows if row[at] in keep])
+    return ReadResult(result.columns, [row for row in result.rows if row[at] in runs])
+
+
+def _by_label(per_run: ReadResult, labels: Mapping[str, Mapping[str, str]], key: str) -> ReadResult:
+    """pass-rate per run summed into one row per value of a label, in the label's order
+    (numbers as numbers); runs without it make a row of their own. To be replaced by the
+    query's own `--by label:KEY` (issue 17.3) when it has one: the same sums."""
+    if per_run.rows and not any(key in labels.get(row[0], {}) for row in per_run.rows):
+        raise WarehouseError(f"no run carries the label {key!r}")
+    groups: dict[str | None, list[int]] = {}
+    for row in _dicts(per_run):
+        group = groups.setdefault(labels.get(row["run_key"], {}).get(key), [0, 0, 0])
+        group[0] += row["trials"]
+        group[1] += row["successes"]
+        group[2] += 1
+    rows = [(value, trials, successes, successes / trials if trials else None, n)
+            for value, (trials, successes, n) in sorted(groups.items(), key=lambda item: label_sort_key(item[0]))]
+    return ReadResult([key, "trials", "successes", "pass_rate", "runs"], rows)
 
 
 # --- the page ----------------------------------------------------------------------------------
@@ -123,8 +161,8 @@ def render(data: ReportData, *, source: str, narrowed: str = "") -> tuple[str, t
     """The page's HTML and the ids of the charts it draws."""
     require_plotly()
     rows = _dicts(data.runs)
-    labels = run_labels(rows)
-    order = sorted(labels, key=lambda key: natural_key(labels[key]))
+    titles = run_titles(rows)
+    order = sorted(titles, key=lambda key: natural_key(titles[key]))
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = (f"<h1>Sweep report</h1><p class=meta>{_e(source)} · {len(rows)} run{_s(len(rows))}"
             f"{' · ' + _e(narrowed) if narrowed else ''} · generated {generated}</p>")
@@ -133,17 +171,17 @@ def render(data: ReportData, *, source: str, narrowed: str = "") -> tuple[str, t
                (" that match." if narrowed else ". Load some with <code>warehouse ingest</code>.") + "</p>"
         return _page(head + body), ()
 
-    sections = [("Runs", _runs_table(rows, order, labels), None)]
+    sections = [("Runs", _runs_table(rows, order, titles, data.labels), None)]
     figures = [
-        ("pass-rate", "Pass rate" + ("" if data.by == "run" else f" by {data.by}"),
-         pass_rate_figure(data.pass_rate, data.by, labels, order),
+        ("pass-rate", "Pass rate" + ("" if data.by == "run" else f" by {_grouping(data.by)}"),
+         pass_rate_figure(data.pass_rate, data.by, titles, order),
          "Successes over trials; the bars are 95 % Wilson intervals."),
-        ("solve-matrix", "Solve matrix", solve_matrix_figure(data.solve_matrix, labels, order),
+        ("solve-matrix", "Solve matrix", solve_matrix_figure(data.solve_matrix, titles, order),
          "Share of each task's attempts that succeeded, per run; hardest tasks (fewest successes "
          "over all runs) on top, blank where a run did not attempt the task."),
-        ("failures", "Failures", failures_figure(data.failures, labels, order),
+        ("failures", "Failures", failures_figure(data.failures, titles, order),
          "Trials that ended in an exception, by type."),
-        ("lengths", "Trajectory lengths", lengths_figure(data.lengths, labels, order),
+        ("lengths", "Trajectory lengths", lengths_figure(data.lengths, titles, order),
          "Median, p90 and max per run, of each trial's turns and characters."),
     ]
     drawn = []
@@ -184,16 +222,18 @@ def _page(body: str) -> str:
             f"<title>Sweep report</title><style>{_CSS}</style></head><body>{body}</body></html>\n")
 
 
-def _runs_table(rows: list[dict[str, Any]], order: list[str], labels: Mapping[str, str]) -> str:
+def _runs_table(rows: list[dict[str, Any]], order: list[str], titles: Mapping[str, str],
+               labels: Mapping[str, Mapping[str, str]]) -> str:
     by_key = {row["run_key"]: row for row in rows}
-    columns = [("run", None), ("run_key", None), ("trials", "{:,}"), ("complete", "{:,}"),
+    columns = [("run", None), ("run_key", None), ("labels", None), ("trials", "{:,}"), ("complete", "{:,}"),
                ("incomplete", "{:,}"), ("pass_rate", "{:.1%}"), ("mean_reward", "{:.3f}"),
                ("errors", "{:,}"), ("agents", None), ("models", None), ("first_started", None),
                ("last_started", None), ("sources", None)]
     head = "".join(f"<th>{_e(name.replace('_', ' '))}</th>" for name, _ in columns)
     lines = []
     for key in order:
-        row = {**by_key[key], "run": labels[key]}
+        row = {**by_key[key], "run": titles[key],
+               "labels": ", ".join(f"{k}={v}" for k, v in labels.get(key, {}).items()) or None}
         cells = []
         for name, form in columns:
             value = row.get(name)
@@ -211,18 +251,18 @@ def _runs_table(rows: list[dict[str, Any]], order: list[str], labels: Mapping[st
 
 # --- the charts --------------------------------------------------------------------------------
 
-def pass_rate_figure(result: ReadResult, by: str, labels: Mapping[str, str], order: list[str]):
+def pass_rate_figure(result: ReadResult, by: str, titles: Mapping[str, str], order: list[str]):
     import plotly.graph_objects as go
 
-    rows = _dicts(result)
+    rows = [row for row in _dicts(result) if row["trials"]]
     if not rows:
         return None
     group = result.columns[0]  # run_key, model, agent or the label's values
     if group == "run_key":
         rank = {key: i for i, key in enumerate(order)}
         rows.sort(key=lambda row: rank.get(row["run_key"], len(rank)))
-        x = [labels.get(row["run_key"], row["run_key"]) for row in rows]
-    else:  # in the query's order: a label's values come sorted as the query sorts them
+        x = [titles.get(row["run_key"], row["run_key"]) for row in rows]
+    else:  # in the order given: a label's values sorted as a sweep is read
         x = ["(none)" if row[group] is None else str(row[group]) for row in rows]
     y, low, high = [], [], []
     for row in rows:
@@ -230,19 +270,20 @@ def pass_rate_figure(result: ReadResult, by: str, labels: Mapping[str, str], ord
         y.append(row["pass_rate"])
         low.append(None if ci_low is None else row["pass_rate"] - ci_low)
         high.append(None if ci_high is None else ci_high - row["pass_rate"])
-    hover = [f"{_e(name)}<br>{row['successes']:,} of {row['trials']:,} trials<br>"
-             f"pass rate {row['pass_rate']:.1%}" for name, row in zip(x, rows)]
+    hover = [f"{_e(name)}<br>{row['successes']:,} of {row['trials']:,} trials"
+             + (f" in {row['runs']} run{_s(row['runs'])}" if "runs" in row else "")
+             + f"<br>pass rate {row['pass_rate']:.1%}" for name, row in zip(x, rows)]
     figure = go.Figure(go.Scatter(
         x=[_e(name) for name in x], y=y, mode="lines+markers", name="pass rate",
         error_y=dict(type="data", symmetric=False, array=high, arrayminus=low, thickness=1.5, width=6),
         hovertext=hover, hoverinfo="text", marker=dict(size=9)))
-    figure.update_layout(_layout(height=420), xaxis_title=by if by != "run" else "run",
+    figure.update_layout(_layout(height=420), xaxis_title=_grouping(by),
                          yaxis=dict(title="pass rate", range=[0, 1.02], tickformat=".0%"))
     figure.update_xaxes(type="category")
     return figure
 
 
-def solve_matrix_figure(result: ReadResult, labels: Mapping[str, str], order: list[str]):
+def solve_matrix_figure(result: ReadResult, titles: Mapping[str, str], order: list[str]):
     import plotly.graph_objects as go
 
     cells: dict[tuple[str, str], tuple[int, int]] = {}
@@ -261,12 +302,12 @@ def solve_matrix_figure(result: ReadResult, labels: Mapping[str, str], order: li
     for task in tasks:
         z.append([None if (task, key) not in cells else cells[task, key][1] / cells[task, key][0]
                   for key in runs])
-        hover.append([f"{_e(task)}<br>{_e(labels.get(key, key))}<br>" + (
+        hover.append([f"{_e(task)}<br>{_e(titles.get(key, key))}<br>" + (
             "not attempted" if (task, key) not in cells else
             f"{cells[task, key][1]} of {cells[task, key][0]} attempts succeeded") for key in runs])
     height = min(2400, max(320, 16 * len(tasks) + 160))
     figure = go.Figure(go.Heatmap(
-        z=z, x=[_e(labels.get(key, key)) for key in runs], y=[_e(task) for task in tasks],
+        z=z, x=[_e(titles.get(key, key)) for key in runs], y=[_e(task) for task in tasks],
         zmin=0, zmax=1, colorscale="Viridis", hovertext=hover, hoverinfo="text", xgap=1, ygap=1,
         colorbar=dict(title="solved", tickformat=".0%")))
     figure.update_layout(_layout(height=height))
@@ -276,7 +317,7 @@ def solve_matrix_figure(result: ReadResult, labels: Mapping[str, str], order: li
     return figure
 
 
-def failures_figure(result: ReadResult, labels: Mapping[str, str], order: list[str]):
+def failures_figure(result: ReadResult, titles: Mapping[str, str], order: list[str]):
     import plotly.graph_objects as go
 
     rows = _dicts(result)
@@ -289,9 +330,9 @@ def failures_figure(result: ReadResult, labels: Mapping[str, str], order: list[s
     for kind in types:
         mine = {row["run_key"]: row for row in rows if row["exception_type"] == kind}
         figure.add_trace(go.Bar(
-            name=_e(kind), x=[_e(labels.get(key, key)) for key in runs],
+            name=_e(kind), x=[_e(titles.get(key, key)) for key in runs],
             y=[mine[key]["trials"] if key in mine else 0 for key in runs],
-            hovertext=[f"{_e(kind)}<br>{_e(labels.get(key, key))}<br>" + (
+            hovertext=[f"{_e(kind)}<br>{_e(titles.get(key, key))}<br>" + (
                 f"{mine[key]['trials']} trials ({mine[key]['share']:.1%} of the run), "
                 f"{mine[key]['tasks']} tasks" if key in mine else "none") for key in runs],
             hoverinfo="text"))
@@ -300,7 +341,7 @@ def failures_figure(result: ReadResult, labels: Mapping[str, str], order: list[s
     return figure
 
 
-def lengths_figure(result: ReadResult, labels: Mapping[str, str], order: list[str]):
+def lengths_figure(result: ReadResult, titles: Mapping[str, str], order: list[str]):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -315,9 +356,9 @@ def lengths_figure(result: ReadResult, labels: Mapping[str, str], order: list[st
         for stat, colour in colours.items():
             figure.add_trace(go.Bar(
                 name=stat, legendgroup=stat, showlegend=col == 1, marker_color=colour,
-                x=[_e(labels.get(key, key)) for key in runs],
+                x=[_e(titles.get(key, key)) for key in runs],
                 y=[rows[key, measure][stat] if (key, measure) in rows else None for key in runs],
-                hovertext=[f"{_e(labels.get(key, key))}<br>{measure} {stat}: "
+                hovertext=[f"{_e(titles.get(key, key))}<br>{measure} {stat}: "
                            f"{rows[key, measure][stat]:,.6g} (n = {rows[key, measure]['n']:,})"
                            if (key, measure) in rows else "" for key in runs],
                 hoverinfo="text"), row=1, col=col)
@@ -344,16 +385,16 @@ def wilson(successes: int, n: int, z: float = _Z95) -> tuple[float | None, float
     return max(0.0, (centre - spread) / scale), min(1.0, (centre + spread) / scale)
 
 
-def run_labels(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+def run_titles(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """Each run's label in the charts: its name, or its key's first 8 characters where it has
-    none; a name two runs share gets each run's key prefix too, so no two labels are equal."""
+    none; a name two runs share gets each run's key prefix too, so no two titles are equal."""
     names = [row["name"] or row["run_key"][:8] for row in rows]
-    labels = {}
+    titles = {}
     for row, name in zip(rows, names):
-        labels[row["run_key"]] = name if names.count(name) == 1 else f"{name} ({row['run_key'][:8]})"
-    if len(set(labels.values())) < len(labels):  # key prefixes too alike: the whole key
+        titles[row["run_key"]] = name if names.count(name) == 1 else f"{name} ({row['run_key'][:8]})"
+    if len(set(titles.values())) < len(titles):  # key prefixes too alike: the whole key
         return {row["run_key"]: row["run_key"] for row in rows}
-    return labels
+    return titles
 
 
 def natural_key(text: str) -> list[Any]:
@@ -361,12 +402,17 @@ def natural_key(text: str) -> list[Any]:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
 
 
-def _describe_filters(by: str, runs: Sequence[str], filters: Mapping[str, Any]) -> str:
-    parts = [f"{len(runs)} run{_s(len(runs))} asked for"] if runs else []
-    parts += [f"{name} {value}" for name, value in filters.items() if value not in (None, (), [])]
+def _describe(filters: Filters, by: str) -> str:
+    parts = [f"runs {', '.join(filters.runs)}"] if filters.runs else []
+    parts += [f"{key}={value}" for key, value in filters.labels]
     if by != "run":
         parts.append(f"pass rate by {by}")
     return ", ".join(parts)
+
+
+def _grouping(by: str) -> str:
+    """What --by groups by, as an axis title: run, model, agent, or the label's key."""
+    return by.partition(":")[2] if by.startswith("label:") else by
 
 
 def _dicts(result: ReadResult) -> list[dict[str, Any]]:
@@ -382,7 +428,7 @@ def _number(value: Any) -> Any:
 
 def _e(value: Any) -> str:
     """Text for HTML, and for plotly's labels, which read their text as HTML too."""
-    return html.escape(str(value), quote=True)
+    return html.escape(printable(str(value)), quote=True)
 
 
 def _s(n: int) -> str:

@@ -9,7 +9,6 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.errors import WarehouseError
 from warehouse.readonly import DEFAULT_TIMEOUT
 
 
@@ -22,7 +21,7 @@ def report(
     task: Annotated[Optional[list[str]], typer.Option(
         "--task", help="Only tasks matching this glob (*, ?); repeatable.")] = None,
     label: Annotated[Optional[list[str]], typer.Option(
-        "--label", help="Only runs with this label, KEY=VALUE; repeatable.")] = None,
+        "--label", help="Only runs with this label, KEY=VALUE; repeatable (a run must have all).")] = None,
     by: Annotated[str, typer.Option(
         "--by", help="Pass rate per run, model, agent, or per value of a run label (label:KEY).")] = "run",
     force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
@@ -35,26 +34,17 @@ def report(
     One file with its charts' code inside: it opens offline, and nothing in the warehouse is
     written. Needs plotly (the `report` extra)."""
     from warehouse import report as building  # plotly and the charts: only for this command
+    from warehouse.filters import Filters
 
     building.require_plotly()
     building.check_out(out, force)  # before any query: a refusal costs nothing
-    engine = state(ctx).read_engine()
-    # --task and --label are the canned queries' filters (issue 17.3, the `runs` branch): handed
-    # to every query as parameters, which refuse them in one line until they take them.
-    filters = {name: value for name, value in (("task", task), ("label", label)) if value}
-    run_keys = _resolve(engine, run) if run else []
-    info = building.write_report(engine.url, out, by=by, runs=run_keys, filters=filters, force=force,
+    filters = Filters.of(run=run, task=task, label=label)
+    info = building.write_report(state(ctx).read_engine(), out, filters=filters, by=by, force=force,
                                  timeout=timeout)
-    charts = f"{len(info.charts)} chart{'' if len(info.charts) == 1 else 's'}"
-    typer.echo(f"wrote {out}: {info.runs} runs, {info.tasks} tasks, {charts}, {info.bytes:,} bytes", err=True)
+    counts = ", ".join(_count(n, what) for n, what in ((info.runs, "run"), (info.tasks, "task"),
+                                                       (len(info.charts), "chart")))
+    typer.echo(f"wrote {out}: {counts}, {info.bytes:,} bytes", err=True)
 
 
-def _resolve(engine, specs: list[str]) -> list[str]:
-    """Run keys for what the user typed: exact run keys until warehouse.runs.resolve_runs
-    (prefixes and names) is on main."""
-    with engine.connect() as conn:
-        keys = {key for (key,) in conn.exec_driver_sql("SELECT run_key FROM runs")}
-    for spec in specs:
-        if spec not in keys:
-            raise WarehouseError(f"no run {spec!r} (warehouse query runs lists them)")
-    return list(dict.fromkeys(specs))
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
