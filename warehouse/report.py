@@ -210,7 +210,7 @@ _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
 h1 { margin-bottom: 0; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
 .meta, .note { color: #666; } .empty { font-style: italic; color: #666; }
-table { border-collapse: collapse; font-size: 13px; } th, td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: left; }
+table { border-collapse: collapse; font-size: 13px; } th, td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; } code, .key { font-family: ui-monospace, monospace; font-size: 12px; }
 .scroll { overflow-x: auto; }
 """
@@ -229,11 +229,13 @@ def _runs_table(rows: list[dict[str, Any]], order: list[str], titles: Mapping[st
                ("incomplete", "{:,}"), ("pass_rate", "{:.1%}"), ("mean_reward", "{:.3f}"),
                ("errors", "{:,}"), ("agents", None), ("models", None), ("first_started", None),
                ("last_started", None), ("sources", None)]
+    rows = [{**by_key[key], "run": titles[key],
+             "labels": ", ".join(f"{k}={v}" for k, v in labels.get(key, {}).items()) or None} for key in order]
+    # Only the columns some run has a value in (no labels column in a warehouse without labels).
+    columns = [(name, form) for name, form in columns if any(row.get(name) is not None for row in rows)]
     head = "".join(f"<th>{_e(name.replace('_', ' '))}</th>" for name, _ in columns)
     lines = []
-    for key in order:
-        row = {**by_key[key], "run": titles[key],
-               "labels": ", ".join(f"{k}={v}" for k, v in labels.get(key, {}).items()) or None}
+    for row in rows:
         cells = []
         for name, form in columns:
             value = row.get(name)
