@@ -43,7 +43,8 @@ def _commands() -> dict[str, list[str]]:
         "db-check": ["db", "check"],
     }
     for name in QUERIES:
-        commands[f"query-{name}"] = ["query", name, *(["--a", "{a}", "--b", "{b}"] if name == "compare" else [])]
+        two_runs = any(p.name == "a" for p in QUERIES[name].params)  # compare, compare-test
+        commands[f"query-{name}"] = ["query", name, *(["--a", "{a}", "--b", "{b}"] if two_runs else [])]
     return commands
 
 

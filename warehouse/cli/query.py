@@ -11,7 +11,7 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, FormatOption, write_rows
+from warehouse.cli.output import Format, FormatOption, echo_err, write_rows
 from warehouse.errors import WarehouseError
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param, run_canned
 from warehouse.readonly import DEFAULT_TIMEOUT
@@ -59,6 +59,9 @@ def _register(query: CannedQuery) -> None:
         engine = state(ctx).read_engine()
         result = run_canned(engine.url, query, values, timeout=timeout)
         write_rows(result.columns, result.rows, format)
+        if query.footnote is not None and format is Format.table:
+            # On stderr, so that it reaches the reader however stdout is redirected.
+            echo_err(query.footnote(engine.url, values, timeout))
 
     command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),

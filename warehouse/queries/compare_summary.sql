@@ -20,5 +20,4 @@ WITH cell AS (
 )
 SELECT task, a_attempts, a_successes, b_attempts, b_successes, flip
 FROM flips
-WHERE (:flipped = 0 OR flip IS NOT NULL)
 ORDER BY task

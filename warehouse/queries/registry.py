@@ -81,6 +81,8 @@ Rows = list[tuple[Any, ...]]
 Read = Callable[[str, Mapping[str, Any]], Rows]
 # (columns, rows, parameter values, read) -> (columns, rows), for what SQL cannot do portably.
 PostProcess = Callable[[list[str], Rows, Mapping[str, Any], Read], tuple[list[str], Rows]]
+# (database URL, parameter values, timeout) -> one line the CLI prints on stderr after a table.
+Footnote = Callable[[URL | str, Mapping[str, Any], float], str]
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ class CannedQuery:
     summary_sql: str | None = None
     # How summary_sql's rows are finished, where that differs from `post`.
     summary_post: PostProcess | None = field(default=None, compare=False)
+    # What a reader of the table should know besides its rows (compare: its test's verdict).
+    footnote: Footnote | None = field(default=None, compare=False)
 
     @property
     def summary(self) -> str:
