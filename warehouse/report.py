@@ -14,7 +14,6 @@ the lengths query answers: it holds no quartiles, so there is no box to draw).
 from __future__ import annotations
 
 import html
-import math
 import os
 import re
 import secrets
@@ -32,6 +31,7 @@ from warehouse.display import printable
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, run_canned
+from warehouse.queries.stats import wilson_interval
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult
 from warehouse.runs import label_sort_key, labels_of
 
@@ -39,7 +39,6 @@ INSTALL_HINT = "python3 -m pip install plotly (or the project's extra: pip insta
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 # The sections' div ids: stable, so a reader (and the browser test) can find each chart.
 CHARTS = ("pass-rate", "solve-matrix", "failures", "lengths")
-_Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
 
 
 @dataclass(frozen=True)
@@ -140,8 +139,9 @@ def _narrowed(result: ReadResult, runs: set[str] | None) -> ReadResult:
 
 def _by_label(per_run: ReadResult, labels: Mapping[str, Mapping[str, str]], key: str) -> ReadResult:
     """pass-rate per run summed into one row per value of a label, in the label's order
-    (numbers as numbers); runs without it make a row of their own. To be replaced by the
-    query's own `--by label:KEY` (issue 17.3) when it has one: the same sums."""
+    (numbers as numbers), with the query's interval; runs without it make a row of their own.
+    To be replaced by the query's own `--by label:KEY` (issue 17.3) when it has one: the same
+    sums."""
     if per_run.rows and not any(key in labels.get(row[0], {}) for row in per_run.rows):
         raise WarehouseError(f"no run carries the label {key!r}")
     groups: dict[str | None, list[int]] = {}
@@ -150,9 +150,10 @@ def _by_label(per_run: ReadResult, labels: Mapping[str, Mapping[str, str]], key:
         group[0] += row["trials"]
         group[1] += row["successes"]
         group[2] += 1
-    rows = [(value, trials, successes, successes / trials if trials else None, n)
+    rows = [(value, trials, successes, successes / trials if trials else None,
+             *wilson_interval(successes, trials), n)
             for value, (trials, successes, n) in sorted(groups.items(), key=lambda item: label_sort_key(item[0]))]
-    return ReadResult([key, "trials", "successes", "pass_rate", "runs"], rows)
+    return ReadResult([key, "trials", "successes", "pass_rate", "pass_rate_low", "pass_rate_high", "runs"], rows)
 
 
 # --- the page ----------------------------------------------------------------------------------
@@ -210,8 +211,10 @@ _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
 h1 { margin-bottom: 0; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
 .meta, .note { color: #666; } .empty { font-style: italic; color: #666; }
-table { border-collapse: collapse; font-size: 13px; } th, td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; } code, .key { font-family: ui-monospace, monospace; font-size: 12px; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { padding: 3px 8px; border-bottom: 1px solid #eee; text-align: left; white-space: nowrap; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+code, .key { font-family: ui-monospace, monospace; font-size: 12px; }
 .scroll { overflow-x: auto; }
 """
 
@@ -268,10 +271,9 @@ def pass_rate_figure(result: ReadResult, by: str, titles: Mapping[str, str], ord
         x = ["(none)" if row[group] is None else str(row[group]) for row in rows]
     y, low, high = [], [], []
     for row in rows:
-        ci_low, ci_high = (row["ci_low"], row["ci_high"]) if "ci_low" in row else wilson(row["successes"], row["trials"])
         y.append(row["pass_rate"])
-        low.append(None if ci_low is None else row["pass_rate"] - ci_low)
-        high.append(None if ci_high is None else ci_high - row["pass_rate"])
+        low.append(row["pass_rate"] - row["pass_rate_low"])
+        high.append(row["pass_rate_high"] - row["pass_rate"])
     hover = [f"{_e(name)}<br>{row['successes']:,} of {row['trials']:,} trials"
              + (f" in {row['runs']} run{_s(row['runs'])}" if "runs" in row else "")
              + f"<br>pass rate {row['pass_rate']:.1%}" for name, row in zip(x, rows)]
@@ -374,18 +376,6 @@ def _layout(height: int) -> dict[str, Any]:
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-def wilson(successes: int, n: int, z: float = _Z95) -> tuple[float | None, float | None]:
-    """The Wilson score interval of a proportion. To be replaced by the stats branch's interval
-    columns of pass-rate (issue 19.2): render() reads ci_low/ci_high when the query has them."""
-    if not n:
-        return None, None
-    p = successes / n
-    centre = p + z * z / (2 * n)
-    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    scale = 1 + z * z / n
-    return max(0.0, (centre - spread) / scale), min(1.0, (centre + spread) / scale)
-
 
 def run_titles(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """Each run's label in the charts: its name, or its key's first 8 characters where it has
