@@ -19,7 +19,8 @@ def report(
     run: Annotated[Optional[list[str]], typer.Option(
         "--run", help="Only this run (run key, unique prefix or name); repeatable.")] = None,
     task: Annotated[Optional[list[str]], typer.Option(
-        "--task", help="Only tasks matching this glob (*, ?); repeatable.")] = None,
+        "--task", help="Only tasks matching this glob (*, ?); repeatable. Refused until the canned queries "
+        "take filters (issue 17.3).")] = None,
     label: Annotated[Optional[list[str]], typer.Option(
         "--label", help="Only runs with this label, KEY=VALUE; repeatable (a run must have all).")] = None,
     by: Annotated[str, typer.Option(
