@@ -77,6 +77,7 @@ def _register() -> None:
     from warehouse.cli import show as _show  # noqa: F401
     from warehouse.cli import sql as _sql  # noqa: F401
     from warehouse.cli import export as _export  # noqa: F401
+    from warehouse.cli import report as _report  # noqa: F401
 
 
 def main() -> None:
