@@ -19,7 +19,7 @@ from warehouse.readonly import DEFAULT_TIMEOUT
 query_app = typer.Typer(no_args_is_help=True, help="Canned cross-run queries: `warehouse query list` shows them.")
 app.add_typer(query_app, name="query")
 
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Stop the query after this many seconds.")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Stop the query after this many seconds.")]
 
 
 @query_app.command("list")

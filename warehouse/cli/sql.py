@@ -69,11 +69,11 @@ def sql(
         help="Bind :NAME in the SQL to VALUE (text; CAST it in SQL for numbers). Repeatable.")] = None,
     fmt: FormatOption = Format.table,
     timeout: Annotated[float, typer.Option(
-        "--timeout", callback=_timeout,
+        "--timeout", callback=_timeout, metavar="SECONDS",
         help="Stop after this many seconds (the whole command, printing included).")] = DEFAULT_TIMEOUT,
-    max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Print at most this many rows.")] = DEFAULT_MAX_ROWS,
+    max_rows: Annotated[int, typer.Option("--max-rows", min=1, metavar="N", help="Print at most this many rows.")] = DEFAULT_MAX_ROWS,
     max_cell_bytes: Annotated[int, typer.Option(
-        "--max-cell-bytes", min=1,
+        "--max-cell-bytes", min=1, metavar="BYTES",
         help="Largest value printed: a table cuts a larger one, CSV and JSON refuse it.")] = DEFAULT_MAX_CELL_BYTES,
 ) -> None:
     # Typer keeps a docstring's line breaks in --help, so each paragraph is one line.
