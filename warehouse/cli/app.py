@@ -52,7 +52,15 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    help="The trajectory warehouse: agent trajectories from Harbor runs and Hub datasets, in SQL.",
+    help="""The trajectory warehouse: agent trajectories from Harbor runs and Hub datasets, in SQL.
+
+    Examples:
+
+    \b
+      warehouse ingest examples/sample && warehouse query runs
+      warehouse query pass-rate --by model --db team.db
+      warehouse sql "SELECT count(*) AS trials FROM trials"
+    """,
 )
 app.add_typer(db_cli.app, name="db")
 

@@ -11,22 +11,62 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, FormatOption, write_rows
+from warehouse.cli.output import Format, FormatOption, WideOption, write_rows
 from warehouse.errors import WarehouseError
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param, run_canned
 from warehouse.readonly import DEFAULT_TIMEOUT
 
-query_app = typer.Typer(no_args_is_help=True, help="Canned cross-run queries: `warehouse query list` shows them.")
+query_app = typer.Typer(no_args_is_help=True, help="""Canned cross-run queries: `warehouse query list` shows them.
+
+    Examples:
+
+    \b
+      warehouse query list
+      warehouse query runs
+      warehouse query pass-at-k --k 1,3 --help
+    """)
 app.add_typer(query_app, name="query")
+
+# Each canned query's --help ends with these (real commands: tests run them on the sample).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "runs": ("warehouse query runs", "warehouse query runs --threshold 0.5 --wide",
+             "warehouse query runs --format csv > runs.csv"),
+    "pass-rate": ("warehouse query pass-rate", "warehouse query pass-rate --by model",
+                  "warehouse query pass-rate --by agent --threshold 0.5 --format json"),
+    "solve-matrix": ("warehouse query solve-matrix", "warehouse query solve-matrix --unsolved",
+                     "warehouse query solve-matrix --solved-by-all --format csv"),
+    "pass-at-k": ("warehouse query pass-at-k --k 1,3", "warehouse query pass-at-k --k 1,2,3 --per-task",
+                  "warehouse query pass-at-k --k 1 --threshold 0.5 --format jsonl"),
+    "compare": ("warehouse query compare --a 9f8c2915-4688-461a-8cba-3901225a1cb2 "
+                "--b b421acf4-22ff-44ae-abea-d6ef824bc737",
+                "warehouse query compare --a 9f8c2915-4688-461a-8cba-3901225a1cb2 "
+                "--b b421acf4-22ff-44ae-abea-d6ef824bc737 --flipped"),
+    "failures": ("warehouse query failures", "warehouse query failures --format csv"),
+    "lengths": ("warehouse query lengths", "warehouse query lengths --format json"),
+}
+
+
+def examples_help(lines: tuple[str, ...]) -> str:
+    """An Examples block for a --help: `\\b` keeps its lines as they are."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
+
 
 TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Stop the query after this many seconds.")]
 
 
 @query_app.command("list")
-def list_queries(fmt: FormatOption = Format.table) -> None:
-    """List the canned queries and their parameters."""
+def list_queries(fmt: FormatOption = Format.table, wide: WideOption = False) -> None:
+    """List the canned queries and their parameters.
+
+    Examples:
+
+    \b
+      warehouse query list
+      warehouse query list --format json
+    """
     write_rows(["name", "description", "params"],
-               [(q.name, q.summary, " ".join(p.option for p in q.params)) for q in QUERIES.values()], fmt)
+               [(q.name, q.summary, " ".join(p.option for p in q.params)) for q in QUERIES.values()], fmt,
+               wide=wide)
 
 
 def _option(param: Param) -> inspect.Parameter:
@@ -43,7 +83,7 @@ def _option(param: Param) -> inspect.Parameter:
         annotation = str if param.type is IntList else param.type
         if param.default is None:
             annotation = Optional[annotation]
-        option = typer.Option(param.option, help=param.help)
+        option = typer.Option(param.option, help=param.help, metavar="RUN" if param.names_run else None)
     # A required parameter's default is `...`, so leaving it out is a usage error (exit 2).
     default = ... if param.required else param.default
     return inspect.Parameter(param.name, inspect.Parameter.KEYWORD_ONLY,
@@ -51,24 +91,25 @@ def _option(param: Param) -> inspect.Parameter:
 
 
 def _register(query: CannedQuery) -> None:
-    def command(ctx: typer.Context, format: Format, timeout: float, **values: Any) -> None:
+    def command(ctx: typer.Context, format: Format, wide: bool, timeout: float, **values: Any) -> None:
         try:
             query.values(values)  # a value the option's type lets through but the query refuses
         except WarehouseError as exc:
             raise typer.BadParameter(str(exc)) from None
         engine = state(ctx).read_engine()
         result = run_canned(engine.url, query, values, timeout=timeout)
-        write_rows(result.columns, result.rows, format)
+        write_rows(result.columns, result.rows, format, wide=wide)
 
     command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
         *(_option(p) for p in query.params),
         inspect.Parameter("format", inspect.Parameter.KEYWORD_ONLY, annotation=FormatOption, default=Format.table),
+        inspect.Parameter("wide", inspect.Parameter.KEYWORD_ONLY, annotation=WideOption, default=False),
         inspect.Parameter("timeout", inspect.Parameter.KEYWORD_ONLY, annotation=TimeoutOption,
                           default=DEFAULT_TIMEOUT),
     ])
-    query_app.command(query.name, help=inspect.cleandoc(query.description),
-                      short_help=query.summary)(command)
+    help_text = inspect.cleandoc(query.description) + "\n\n" + examples_help(EXAMPLES.get(query.name, ()))
+    query_app.command(query.name, help=help_text, short_help=query.summary)(command)
 
 
 for _query in QUERIES.values():
