@@ -17,6 +17,10 @@ from sqlalchemy.engine import make_url
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
 
+# A table printed by a CLI run in a test fits COLUMNS when it is set (pytest sets it for its own
+# output): without it, as to any pipe, every value is printed whole. Tests of fitting set it.
+os.environ.pop("COLUMNS", None)
+
 PG_URL = os.environ.get("WAREHOUSE_TEST_PG_URL")
 REQUIRE_PG = bool(os.environ.get("CI") or os.environ.get("WAREHOUSE_REQUIRE_PG"))
 BACKENDS = ["sqlite", "postgresql"]

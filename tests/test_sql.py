@@ -226,12 +226,12 @@ def test_cell_limit(url):
 
 
 def test_table_streams_rows_at_one_width(url):
-    """The table prints every row under the row cap, each cell folded to its column's width."""
+    """The table prints every row under the row cap, one line each, at the sampled widths."""
     rows = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 300) "
             "SELECT n, substr('abcdefghij', 1, n % 10) AS s FROM c")
     done = cli(url, "sql", "--max-rows", "250", rows)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split() == ["n", "│", "s"] and len(lines) == 2 + 250
-    assert lines[-1].split() == ["250", "│"] and lines[-2].split() == ["249", "│", "abcdefghi"]
+    assert lines[0].split() == ["n", "s"] and len(lines) == 2 + 250
+    assert lines[-1] == "250" and lines[-2] == "249  abcdefghi"
     assert "stopped at 250 rows" in done.stderr

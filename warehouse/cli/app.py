@@ -14,6 +14,7 @@ from typer.core import TyperGroup
 
 from warehouse import __version__
 from warehouse.cli import db as db_cli
+from warehouse.cli import shared
 from warehouse.cli.context import State
 from warehouse.db.engine import ENV_VAR
 from warehouse.display import printable
@@ -21,9 +22,23 @@ from warehouse.errors import WarehouseError, first_line
 
 
 class _Group(TyperGroup):
-    """Database errors a user can act on (a server that does not answer, SQL that does not
-    parse, a file that is not a database) become WarehouseErrors, which main() prints as one
-    line."""
+    """The root command. Database errors a user can act on (a server that does not answer, SQL
+    that does not parse, a file that is not a database) become WarehouseErrors, which main()
+    prints as one line. Every command under it gets the shared --db option and help rendering
+    (cli/shared.py) as it is reached."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        shared.prepare(self, self._db_option(), root=True)
+
+    def _db_option(self):
+        return next(p for p in self.params if p.name == "db")
+
+    def resolve_command(self, ctx, args):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            shared.prepare(command, self._db_option())
+        return name, command, rest
 
     def invoke(self, ctx):
         try:
@@ -37,7 +52,15 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    help="The trajectory warehouse: agent trajectories from Harbor runs and Hub datasets, in SQL.",
+    help="""The trajectory warehouse: agent trajectories from Harbor runs and Hub datasets, in SQL.
+
+    Examples:
+
+    \b
+      warehouse ingest examples/sample && warehouse query runs
+      warehouse query pass-rate --by model --db team.db
+      warehouse sql "SELECT count(*) AS trials FROM trials"
+    """,
 )
 app.add_typer(db_cli.app, name="db")
 
@@ -56,6 +79,7 @@ def _global(
         typer.Option(
             "--db",
             envvar=ENV_VAR,
+            metavar="URL",
             help="SQLAlchemy URL (sqlite:///…, postgresql+psycopg://…) or a SQLite file path. "
             "Default: ./warehouse.db",
             show_envvar=True,

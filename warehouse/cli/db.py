@@ -13,12 +13,27 @@ from warehouse.db.engine import redact
 from warehouse.errors import SchemaError, WarehouseError
 from warehouse.readonly import reader_role_note
 
-app = typer.Typer(no_args_is_help=True, help="Create, upgrade and check the warehouse schema.")
+app = typer.Typer(no_args_is_help=True, help="""Create, upgrade and check the warehouse schema.
+
+    Examples:
+
+    \b
+      warehouse db upgrade
+      warehouse db check
+      warehouse --db team.db db current
+    """)
 
 
 @app.command()
 def upgrade(ctx: typer.Context, revision: str = typer.Argument("head")) -> None:
-    """Bring the schema up to REVISION (default: the newest)."""
+    """Bring the schema up to REVISION (default: the newest), creating a missing SQLite file.
+
+    Examples:
+
+    \b
+      warehouse db upgrade
+      warehouse --db new.db db upgrade
+    """
     st = state(ctx)
     before = schema.current_revision(st.engine)
     if before is None and not schema.is_empty(st.engine):
@@ -41,7 +56,14 @@ def downgrade(
     """Take the schema down to REVISION (`base` removes every table; `-1` is one step down).
 
     A downgrade that would delete data says how much, and asks on a terminal; without one it
-    refuses unless --yes."""
+    refuses unless --yes.
+
+    Examples:
+
+    \b
+      warehouse db downgrade -1 --yes
+      warehouse db downgrade base --yes
+    """
     st = state(ctx)
     where = redact(st.url)
     losses = schema.downgrade_losses(st.engine, revision)
@@ -57,13 +79,26 @@ def downgrade(
 
 @app.command()
 def current(ctx: typer.Context) -> None:
-    """Print the schema revision the database is at."""
+    """Print the schema revision the database is at ("none" for an empty database).
+
+    Examples:
+
+    \b
+      warehouse db current
+    """
     typer.echo(schema.current_revision(state(ctx).read_engine(check_schema=False)) or "none")
 
 
 @app.command()
 def check(ctx: typer.Context) -> None:
-    """Exit 0 if the database is at the revision this tool needs, 1 with the fix if not."""
+    """Exit 0 if the database is at the revision this tool needs, 1 with the fix if not.
+
+    Examples:
+
+    \b
+      warehouse db check
+      warehouse db check || warehouse db upgrade
+    """
     st = state(ctx)
     st.read_engine()  # checks the schema
     typer.echo(f"{redact(st.url)}: at {schema.head_revision()} (current)", err=True)

@@ -10,7 +10,14 @@ import typer
 from warehouse.cli.app import app as root
 from warehouse.cli.context import state
 
-app = typer.Typer(no_args_is_help=True, help="Write warehouse contents out as Parquet.")
+app = typer.Typer(no_args_is_help=True, help="""Write warehouse contents out as Parquet.
+
+    Examples:
+
+    \b
+      warehouse export hub out/sample --source sample
+      warehouse export tables out/tables
+    """)
 root.add_typer(app, name="export")
 
 Out = Annotated[Path, typer.Argument(help="Output folder: must be missing or empty, unless --force.")]
@@ -33,7 +40,15 @@ def hub(
 
     By source, each ingested shard comes back with its own file name, columns, types and rows.
     By run (or, without --run and --source, every run), each episode once, under the union of
-    the schemas of the shards it came from."""
+    the schemas of the shards it came from.
+
+    Examples:
+
+    \b
+      warehouse export hub out/sample --source sample
+      warehouse export hub out/one-run --run 9f8c2915-4688-461a-8cba-3901225a1cb2
+      warehouse export hub out/all --force
+    """
     engine = state(ctx).read_engine()
     from warehouse.export import export_hub  # pyarrow: imported by the commands that use it
 
@@ -49,7 +64,14 @@ def tables(ctx: typer.Context, out: Out, force: Force = False) -> None:
     """Write every table as Parquet, one folder per table.
 
     Run-scoped tables (trials, episodes, turns, episode_loads, trial_loads) are partitioned Hive
-    style by run_id=<runs.id>/; the others are plain folders of part-*.parquet files."""
+    style by run_id=<runs.id>/; the others are plain folders of part-*.parquet files.
+
+    Examples:
+
+    \b
+      warehouse export tables out/tables
+      warehouse export tables out/tables --force
+    """
     engine = state(ctx).read_engine()
     from warehouse.export_tables import export_tables
 

@@ -95,7 +95,15 @@ def ingest(
     every other unit still loads, and the exit code is 1 (0 with --keep-going).
 
     SIGTERM or Ctrl-C ends the ingest in one line, with exit code 143 or 130: the units
-    finished are kept, the one being written is rolled back."""
+    finished are kept, the one being written is rolled back.
+
+    Examples:
+
+    \b
+      warehouse ingest examples/sample
+      warehouse ingest examples/sample/data/train-00000-of-00001.parquet --run sample-again
+      warehouse --db team.db ingest examples/sample --keep-going
+    """
     # Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
     # system allocator returns them, which keeps this process's memory flat. Arrow reads this
     # when it first allocates (it is imported only once a shard needs reading).

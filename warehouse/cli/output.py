@@ -1,6 +1,10 @@
-"""Output formats, declared once: every command that prints rows goes through write_rows.
+"""Output formats, declared once: every command that prints rows takes FormatOption and
+WideOption and goes through write_rows.
 
 Rows are written as they come, in every format, so a result never has to sit in memory whole.
+CSV, JSON and JSONL carry every value in full. A table is for reading (see _write_table): it fits
+the terminal, shortening long texts in the middle, showing timestamps to the second and floats
+to 4 significant digits, NULL as ∅; `--wide` shows every value in full at any width.
 What reaches a terminal has its control characters made visible (warehouse.display.printable):
 a table always, being for reading; CSV and JSON only when stdout is a terminal, so that to a pipe
 or a file they stay exact.
@@ -10,10 +14,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
 import shutil
 import sys
 from collections.abc import Iterable, Sequence
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from decimal import Decimal
 from enum import Enum
 from itertools import chain, islice
@@ -32,12 +38,20 @@ class Format(str, Enum):
     jsonl = "jsonl"
 
 
-# The --format option of every command that prints rows.
+# The output options of every command that prints rows.
 FormatOption = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+WideOption = Annotated[bool, typer.Option(
+    "--wide", help="A table shows every value in full, however wide (no shortening, no rounding).")]
 
-# A table's column widths come from its first rows; later rows fold to the same widths.
-_SAMPLE_ROWS = 100
-_PIPE_WIDTH = 200  # a table's width when stdout is not a terminal
+# A table's column widths come from its first rows; later rows are cut to the same widths.
+_SAMPLE_ROWS = 200
+_GAP = "  "  # between columns
+NULL = "∅"  # a NULL in a table (an empty string stays empty)
+# The narrowest a shortened text gets: an 8-character prefix (enough to name a run), "…", the
+# last 4 characters.
+_MIN_TEXT = 13
+_TAIL = 4
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}(:?\d{2})?)?")
 
 
 def echo_err(message: str) -> None:
@@ -56,16 +70,6 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False)
-    return str(_jsonable(value))
-
-
 def _size(value: Any) -> int:
     """A value's size in bytes as stored (UTF-8 for text), for the cell limit."""
     if isinstance(value, str):
@@ -82,9 +86,11 @@ def write_rows(
     out: IO[str] | None = None,
     *,
     max_cell_bytes: int | None = None,
+    wide: bool = False,
 ) -> None:
     """Write rows as they come. A value over `max_cell_bytes` is cut, with a note, in a table;
-    in CSV and JSON, which must be exact, it is refused (WarehouseError naming its row and column)."""
+    in CSV and JSON, which must be exact, it is refused (WarehouseError naming its row and column).
+    `wide`: a table shows every value in full (CSV and JSON always do)."""
     out = out or sys.stdout
     if max_cell_bytes and fmt is not Format.table:
         # The first row is read before anything is written: a refusal there leaves no output.
@@ -93,7 +99,7 @@ def write_rows(
         rows = chain([first], rows) if first is not None else iter(())
     terminal = out.isatty()
     if fmt is Format.table:
-        _write_table(columns, rows, out, terminal, max_cell_bytes)
+        _write_table(columns, rows, out, None if wide else _table_width(out), max_cell_bytes)
         return
     show = _visible if terminal else _jsonable
     if fmt is Format.json:
@@ -127,55 +133,147 @@ def _limited(columns: Sequence[str], rows: Iterable[Sequence[Any]], limit: int):
         yield row
 
 
-def _write_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], out: IO[str], terminal: bool,
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+def _table_width(out: IO[str]) -> int | None:
+    """The width a table must fit: COLUMNS when set, else the terminal's. Written to a pipe or a
+    file with COLUMNS unset, a table has no width to fit and is printed as --wide prints it, so
+    that `| grep` and `> file` see every value whole."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return shutil.get_terminal_size().columns if out.isatty() else None
+
+
+def _write_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], out: IO[str], width: int | None,
                  max_cell_bytes: int | None) -> None:
-    """A plain table, streamed: widths from the first rows, every cell folded to its column's
-    width, so printing costs time in proportion to what is printed."""
+    """A plain table, streamed: widths from the first rows, later rows cut to the same widths, so
+    printing costs time in proportion to what is printed.
+
+    With a `width` to fit: each row is one line (a newline in a text shows as ↵), texts too
+    long for their column are shortened in the middle (`9f8c2915…1cb2`: the prefix stays
+    copyable), and a number or timestamp is never cut: its column is as wide as the widest
+    one sampled (a wider one later pushes its row out), and columns that do not fit at all are
+    left out, named in a note on stderr. With no width (--wide, or not a terminal), every value
+    in full, a text's lines on lines of their own."""
+    fit = width is not None
     rows = iter(rows)
-    sample = list(islice(rows, _SAMPLE_ROWS))
 
-    def texts(row: Sequence[Any]) -> list[str]:
-        cells = []
+    def cells(row: Sequence[Any]) -> list[tuple[str, bool]]:
+        out_cells = []
         for value in row:
-            cell = _cell(value)
+            text, atomic = _cell(value, fit)
             if max_cell_bytes and _size(value) > max_cell_bytes:
-                cell = f"{cell[:max_cell_bytes]}… (cut: {_size(value):,} bytes, over --max-cell-bytes)"
-            cells.append(printable(cell).replace("\t", " "))
-        return cells
+                text = f"{text[:max_cell_bytes]}… (cut: {_size(value):,} bytes, over --max-cell-bytes)"
+            text = printable(text).replace("\t", " ")
+            out_cells.append((text.replace("\n", "↵") if fit else text, atomic))
+        return out_cells
 
-    header = [printable(c) for c in columns]
-    sampled = [texts(r) for r in sample]
-    total = (shutil.get_terminal_size().columns if terminal else _PIPE_WIDTH) - 3 * (len(columns) - 1)
-    widths = _widths(header, sampled, max(total, len(columns)))
-    _write_line(out, header, widths)
-    out.write("─┼─".join("─" * w for w in widths) + "\n")
-    for cells in sampled:
-        _write_line(out, cells, widths)
-    for row in rows:
-        _write_line(out, texts(row), widths)
+    header = [printable(c).replace("\n", " ") for c in columns]
+    sampled = [cells(r) for r in islice(rows, _SAMPLE_ROWS)]
+    if fit:
+        widths = _fit(header, sampled, width)
+    else:
+        widths = [max([len(h)] + [len(line) for r in sampled for line in r[i][0].split("\n")])
+                  for i, h in enumerate(header)]
+    shown = len(widths)
+    _write_line(out, [_shorten(h, w) for h, w in zip(header, widths)], widths)
+    out.write(_GAP.join("─" * w for w in widths) + "\n")
+    for row in chain(sampled, map(cells, rows)):
+        texts = [text if atomic or not fit else _shorten(text, w)
+                 for (text, atomic), w in zip(row[:shown], widths)]
+        _write_line(out, texts, widths)
+    if shown < len(header):
+        left_out = header[shown:]
+        echo_err(f"({len(left_out)} more column{'s' * (len(left_out) > 1)} not shown at this width: "
+                 f"{', '.join(left_out)}; --wide shows them, as do --format csv and json)")
 
 
-def _widths(header: list[str], rows: list[list[str]], total: int) -> list[int]:
-    """Each column as wide as its widest line in `rows` (its header at least); the widest ones
-    narrowed to one common width until all fit in `total`."""
-    widths = [min(total, max([len(h), 1] + [len(line) for r in rows for line in r[i].split("\n")]))
-              for i, h in enumerate(header)]
-    cap = max(widths, default=1)
-    while cap > 1 and sum(min(w, cap) for w in widths) > total:
+def _fit(header: list[str], rows: list[list[tuple[str, bool]]], width: int) -> list[int]:
+    """Column widths within `width`, for as many columns from the left as fit: each as wide as
+    its header and its widest sampled value; a text column narrowed (to _MIN_TEXT at least)
+    when they do not all fit, a number or timestamp column never."""
+    natural, least = [], []
+    for i, name in enumerate(header):
+        values = [r[i] for r in rows if r[i][0] != NULL]
+        wide = max([len(name)] + [len(text) for text, _ in values])
+        atomic = bool(values) and all(is_atomic for _, is_atomic in values)
+        natural.append(wide)
+        least.append(wide if atomic else min(wide, _MIN_TEXT))
+    used, shown = 0, 0
+    for w in least:
+        if used + w + len(_GAP) * shown > width:
+            break
+        used += w
+        shown += 1
+    if shown == 0:  # not even the first column fits: it gets what there is
+        return [max(1, min(least[0], width))]
+    room = width - len(_GAP) * (shown - 1)
+    # The widest columns come down to one common cap, no lower than each one's least width.
+    cap = max(natural[:shown])
+    while cap > 1 and sum(max(lo, min(n, cap)) for lo, n in zip(least, natural[:shown])) > room:
         cap -= 1
-    return [min(w, cap) for w in widths]
+    return [max(lo, min(n, cap)) for lo, n in zip(least, natural[:shown])]
+
+
+def _shorten(text: str, width: int) -> str:
+    """`text` in at most `width` characters. A key (no spaces: a run key, a trial name, a path)
+    loses its middle, so its prefix stays copyable (a unique prefix names a run) and its end
+    tells it from its neighbours; prose keeps its beginning."""
+    if len(text) <= width:
+        return text
+    if width < 2:
+        return "…"[:width]
+    if " " in text:
+        return text[:width - 1] + "…"
+    tail = min(_TAIL, (width - 1) // 3)
+    return text[:width - 1 - tail] + "…" + (text[len(text) - tail:] if tail else "")
+
+
+def _cell(value: Any, fit: bool) -> tuple[str, bool]:
+    """A value as a table shows it, and whether it is atomic (a number or a timestamp: never
+    cut). Fitted: timestamps to the second in UTC, floats to 4 significant digits."""
+    if value is None:
+        return NULL, False
+    if isinstance(value, (bool, int)):
+        return str(value), True
+    if isinstance(value, (float, Decimal)):
+        return (_number(float(value)) if fit else str(value)), True
+    if isinstance(value, (datetime, date)):
+        return (_second(value) if fit else value.isoformat()), True
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False), False
+    if isinstance(value, (bytes, memoryview)):
+        return bytes(value).hex(), False
+    text = str(value)
+    if fit and len(text) <= 40 and _TIMESTAMP.fullmatch(text):
+        try:
+            return _second(datetime.fromisoformat(text)), True
+        except ValueError:
+            pass
+    return text, False
+
+
+def _number(value: float) -> str:
+    """4 significant digits, without an exponent between 0.0001 and 10^15 (12345.6 is 12346)."""
+    if 1e4 <= abs(value) < 1e15:
+        return f"{value:.0f}"
+    return f"{value:.4g}"
+
+
+def _second(value: date) -> str:
+    if not isinstance(value, datetime):
+        return value.isoformat()
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc)
+    return value.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _write_line(out: IO[str], cells: list[str], widths: list[int]) -> None:
-    """One row, each cell folded to its width: as many lines as its tallest cell."""
-    folded = [_fold(cell, width) for cell, width in zip(cells, widths)]
-    for i in range(max(len(f) for f in folded)):
-        parts = [(f[i] if i < len(f) else "").ljust(w) for f, w in zip(folded, widths)]
-        out.write(" │ ".join(parts).rstrip() + "\n")
-
-
-def _fold(text: str, width: int) -> list[str]:
-    lines = []
-    for line in text.split("\n"):
-        lines.extend(line[i:i + width] for i in range(0, max(len(line), 1), width))
-    return lines
+    """One row: as many lines as its tallest cell (only an unfitted table has cells of several)."""
+    split = [cell.split("\n") for cell in cells]
+    for i in range(max(len(lines) for lines in split)):
+        parts = [(lines[i] if i < len(lines) else "").ljust(w) for lines, w in zip(split, widths)]
+        out.write(_GAP.join(parts).rstrip() + "\n")

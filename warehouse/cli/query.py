@@ -11,17 +11,50 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, FormatOption, echo_err, write_rows
+from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param, run_canned
 from warehouse.readonly import DEFAULT_TIMEOUT
 
-query_app = typer.Typer(no_args_is_help=True, help="Canned cross-run queries: `warehouse query list` shows them. "
-                        "Each takes --run, --task, --model, --agent and --label to narrow it.")
+query_app = typer.Typer(no_args_is_help=True, help="""Canned cross-run queries: `warehouse query list` shows them.
+
+    Each takes --run, --task, --model, --agent and --label to narrow it.
+
+    Examples:
+
+    \b
+      warehouse query list
+      warehouse query runs
+      warehouse query pass-rate --task 'fix-*' --by model
+    """)
 app.add_typer(query_app, name="query")
 
-TimeoutOption = Annotated[float, typer.Option("--timeout", help="Stop the query after this many seconds.")]
+# Each canned query's --help ends with these (real commands: tests run them on the sample).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "runs": ("warehouse query runs", "warehouse query runs --threshold 0.5 --wide",
+             "warehouse query runs --format csv > runs.csv"),
+    "pass-rate": ("warehouse query pass-rate", "warehouse query pass-rate --by model --run 9f8c2915",
+                  "warehouse query pass-rate --by label:step --format json"),
+    "solve-matrix": ("warehouse query solve-matrix", "warehouse query solve-matrix --unsolved",
+                     "warehouse query solve-matrix --solved-by-all --format csv"),
+    "pass-at-k": ("warehouse query pass-at-k --k 1,3", "warehouse query pass-at-k --k 1,2,3 --per-task",
+                  "warehouse query pass-at-k --k 1 --threshold 0.5 --format jsonl"),
+    "compare": ("warehouse query compare 9f8c2915 b421acf4",
+                "warehouse query compare 9f8c2915 b421acf4 --flipped --task 'fix-*'"),
+    "compare-test": ("warehouse query compare-test 9f8c2915 b421acf4",
+                     "warehouse query compare-test 9f8c2915 b421acf4 --confidence 0.9 --seed 1"),
+    "failures": ("warehouse query failures", "warehouse query failures --format csv"),
+    "lengths": ("warehouse query lengths", "warehouse query lengths --format json"),
+}
+
+
+def examples_help(lines: tuple[str, ...]) -> str:
+    """An Examples block for a --help: `\\b` keeps its lines as they are."""
+    return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
+
+
+TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Stop the query after this many seconds.")]
 
 # The filters every query takes (warehouse.filters): (keyword, option, help).
 FILTER_OPTIONS = (
@@ -34,11 +67,18 @@ FILTER_OPTIONS = (
 
 
 @query_app.command("list")
-def list_queries(fmt: FormatOption = Format.table) -> None:
-    """List the canned queries and their parameters."""
+def list_queries(fmt: FormatOption = Format.table, wide: WideOption = False) -> None:
+    """List the canned queries and their parameters.
+
+    Examples:
+
+    \b
+      warehouse query list
+      warehouse query list --format json
+    """
     write_rows(["name", "description", "params"],
                [(q.name, q.summary, " ".join(p.name.upper() if p.positional else p.option for p in q.params))
-                for q in QUERIES.values()], fmt)
+                for q in QUERIES.values()], fmt, wide=wide)
 
 
 def _option(param: Param) -> inspect.Parameter:
@@ -60,7 +100,7 @@ def _option(param: Param) -> inspect.Parameter:
         annotation = str if param.type is IntList else param.type
         if param.default is None:
             annotation = Optional[annotation]
-        option = typer.Option(param.option, help=param.help)
+        option = typer.Option(param.option, help=param.help, metavar="RUN" if param.names_run else None)
     # A required parameter's default is `...`, so leaving it out is a usage error (exit 2).
     default = ... if param.required else param.default
     return inspect.Parameter(param.name, inspect.Parameter.KEYWORD_ONLY,
@@ -81,7 +121,7 @@ def _filter_option(keyword: str, option: str, help: str) -> inspect.Parameter:
 def _register(query: CannedQuery) -> None:
     positional = [p for p in query.params if p.positional]
 
-    def command(ctx: typer.Context, format: Format, timeout: float, **values: Any) -> None:
+    def command(ctx: typer.Context, format: Format, wide: bool, timeout: float, **values: Any) -> None:
         narrowed = {keyword: values.pop(f"filter_{keyword}") for keyword, _, _ in FILTER_OPTIONS}
         for param in positional:
             given, option = values[param.name], values.pop(f"{param.name}_option")
@@ -97,7 +137,7 @@ def _register(query: CannedQuery) -> None:
             raise typer.BadParameter(str(exc)) from None
         engine = state(ctx).read_engine()
         result = run_canned(engine.url, query, values, filters=filters, timeout=timeout)
-        write_rows(result.columns, result.rows, format)
+        write_rows(result.columns, result.rows, format, wide=wide)
         if query.footnote is not None and format is Format.table:
             # On stderr, so that it reaches the reader however stdout is redirected.
             echo_err(query.footnote(engine.url, values, filters, timeout))
@@ -108,11 +148,12 @@ def _register(query: CannedQuery) -> None:
         *(_alias(p) for p in positional),
         *(_filter_option(*option) for option in FILTER_OPTIONS),
         inspect.Parameter("format", inspect.Parameter.KEYWORD_ONLY, annotation=FormatOption, default=Format.table),
+        inspect.Parameter("wide", inspect.Parameter.KEYWORD_ONLY, annotation=WideOption, default=False),
         inspect.Parameter("timeout", inspect.Parameter.KEYWORD_ONLY, annotation=TimeoutOption,
                           default=DEFAULT_TIMEOUT),
     ])
-    query_app.command(query.name, help=inspect.cleandoc(query.description),
-                      short_help=query.summary)(command)
+    help_text = inspect.cleandoc(query.description) + "\n\n" + examples_help(EXAMPLES.get(query.name, ()))
+    query_app.command(query.name, help=help_text, short_help=query.summary)(command)
 
 
 for _query in QUERIES.values():

@@ -9,7 +9,7 @@ import typer
 from warehouse import search as search_lib
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, FormatOption, write_rows
+from warehouse.cli.output import Format, FormatOption, WideOption, write_rows
 from warehouse.db.engine import redact
 from warehouse.readonly import DEFAULT_TIMEOUT
 
@@ -22,25 +22,43 @@ def search(
     task: Annotated[Optional[str], typer.Option("--task", help="Only this task.")] = None,
     role: Annotated[Optional[str], typer.Option(
         "--role", help="Only turns with this role (user, assistant, …); `verifier` for verifier output only.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="Print at most this many hits.")] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=1, metavar="N", help="Print at most this many hits.")] = 50,
     fmt: FormatOption = Format.table,
-    timeout: Annotated[float, typer.Option("--timeout", help="Stop the search after this many seconds.")] = DEFAULT_TIMEOUT,
+    wide: WideOption = False,
+    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Stop the search after this many seconds.")] = DEFAULT_TIMEOUT,
 ) -> None:
     """Find TEXT in turn texts and verifier output: one row per turn, with a snippet.
 
-    A turn that later episodes of the same trial repeat is listed once, at the first episode holding it. `warehouse index build` makes searches of 3+ characters faster; the hits are the same with or without it."""
+    A turn that later episodes of the same trial repeat is listed once, at the first episode
+    holding it. `warehouse index build` makes searches of 3+ characters faster; the hits are
+    the same with or without it.
+
+    Examples:
+
+    \b
+      warehouse search "Traceback" --limit 5
+      warehouse search error --role verifier --task install-regex
+      warehouse search "def main" --format jsonl
+    """
     if not text:
         raise typer.BadParameter("must not be empty", param_hint="TEXT")
     engine = state(ctx).read_engine()
     result = search_lib.search(engine.url, text, run=run, task=task, role=role, limit=limit, timeout=timeout)
     if result.note:
         typer.echo(f"note: {result.note}", err=True)
-    write_rows(result.columns, result.rows, fmt)
+    write_rows(result.columns, result.rows, fmt, wide=wide)
     if result.truncated:
         typer.echo(f"(stopped at {limit} hits: there are more; raise --limit or narrow the search)", err=True)
 
 
-index_app = typer.Typer(no_args_is_help=True, help="The optional trigram index that speeds up `warehouse search`.")
+index_app = typer.Typer(no_args_is_help=True, help="""The optional trigram index that speeds up `warehouse search`.
+
+    Examples:
+
+    \b
+      warehouse index build
+      warehouse index drop
+    """)
 app.add_typer(index_app, name="index")
 
 
@@ -48,9 +66,19 @@ app.add_typer(index_app, name="index")
 def build(ctx: typer.Context) -> None:
     """Create the search index, or bring it up to date; safe to run again.
 
-    SQLite: an FTS5 trigram table over the messages. Ingests do not update it (that would make them several times slower): searches scan the messages that arrived since, and running this again indexes them.
+    SQLite: an FTS5 trigram table over the messages. Ingests do not update it (that would make
+    them several times slower): searches scan the messages that arrived since, and running this
+    again indexes them.
 
-    PostgreSQL: the pg_trgm extension and a GIN trigram index on messages.content, which PostgreSQL keeps current itself (ingests get slower)."""
+    PostgreSQL: the pg_trgm extension and a GIN trigram index on messages.content, which
+    PostgreSQL keeps current itself (ingests get slower).
+
+    Examples:
+
+    \b
+      warehouse index build
+      warehouse ingest examples/sample && warehouse index build
+    """
     st = state(ctx)
     engine = st.write_engine()
     search_lib.build_index(engine)
@@ -59,7 +87,13 @@ def build(ctx: typer.Context) -> None:
 
 @index_app.command("drop")
 def drop(ctx: typer.Context) -> None:
-    """Remove the search index (searches then scan the messages)."""
+    """Remove the search index (searches then scan the messages).
+
+    Examples:
+
+    \b
+      warehouse index drop
+    """
     st = state(ctx)
     engine = st.write_engine()
     search_lib.drop_index(engine)

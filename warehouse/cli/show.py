@@ -29,7 +29,16 @@ def show(
 ) -> None:
     """Show one trial: run, task, agent, model, reward, status, an episode's turns, verifier output.
 
-    By default the episode is the longest of the main trace (the whole trajectory: exported episodes are prefixes of one another)."""
+    By default the episode is the longest of the main trace (the whole trajectory: exported
+    episodes are prefixes of one another).
+
+    Examples:
+
+    \b
+      warehouse show debug-csv__XM5Mqch
+      warehouse show debug-csv__XM5Mqch --all
+      warehouse show 9f8c2915-4688-461a-8cba-3901225a1cb2/debug-csv__XM5Mqch --format json
+    """
     if episode is not None and all_episodes:
         raise typer.BadParameter("give --episode or --all, not both", param_hint="--episode")
     engine = state(ctx).read_engine()

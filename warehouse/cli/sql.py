@@ -12,7 +12,7 @@ from typer.core import TyperCommand
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, FormatOption, echo_err, write_rows
+from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
 from warehouse.readonly import (DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, check_timeout, stream_readonly,
@@ -68,25 +68,36 @@ def sql(
         "-p", "--param", metavar="NAME VALUE", parser=lambda pair: pair,
         help="Bind :NAME in the SQL to VALUE (text; CAST it in SQL for numbers). Repeatable.")] = None,
     fmt: FormatOption = Format.table,
+    wide: WideOption = False,
     timeout: Annotated[float, typer.Option(
-        "--timeout", callback=_timeout,
+        "--timeout", callback=_timeout, metavar="SECONDS",
         help="Stop after this many seconds (the whole command, printing included).")] = DEFAULT_TIMEOUT,
-    max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Print at most this many rows.")] = DEFAULT_MAX_ROWS,
+    max_rows: Annotated[int, typer.Option("--max-rows", min=1, metavar="N", help="Print at most this many rows.")] = DEFAULT_MAX_ROWS,
     max_cell_bytes: Annotated[int, typer.Option(
-        "--max-cell-bytes", min=1,
+        "--max-cell-bytes", min=1, metavar="BYTES",
         help="Largest value printed: a table cuts a larger one, CSV and JSON refuse it.")] = DEFAULT_MAX_CELL_BYTES,
 ) -> None:
-    # Typer keeps a docstring's line breaks in --help, so each paragraph is one line.
     """Run one read-only SQL query and print its rows.
 
-    One query only (SELECT, WITH, VALUES, TABLE, or EXPLAIN of one), as the database's own grammar reads it; anything else, a second statement, and functions that reach beyond the warehouse's tables are refused before anything runs. Writes are refused by the connection itself as well."""
+    One query only (SELECT, WITH, VALUES, TABLE, or EXPLAIN of one), as the database's own
+    grammar reads it; anything else, a second statement, and functions that reach beyond the
+    warehouse's tables are refused before anything runs. Writes are refused by the connection
+    itself as well.
+
+    Examples:
+
+    \b
+      warehouse sql "SELECT trial_name, reward FROM trials ORDER BY reward DESC LIMIT 5"
+      warehouse sql "SELECT count(*) AS n FROM trials WHERE reward >= CAST(:r AS REAL)" -p r 0.5
+      echo "SELECT name FROM tasks" | warehouse sql - --format csv
+    """
     text = sys.stdin.read() if query == "-" else query
     _watchdog(timeout)
     engine = state(ctx).read_engine()
     read_limit = max_cell_bytes * (TABLE_READ_FACTOR if fmt is Format.table else 1)
     with stream_readonly(engine.url, text, dict(param or []), timeout=timeout, max_rows=max_rows,
                          max_value_bytes=read_limit) as rows:
-        write_rows(rows.columns, rows, fmt, max_cell_bytes=max_cell_bytes)
+        write_rows(rows.columns, rows, fmt, max_cell_bytes=max_cell_bytes, wide=wide)
         sys.stdout.flush()  # inside the time limit
     if rows.truncated:
         echo_err(f"(stopped at {max_rows} rows: there are more; raise --max-rows or narrow the query)")

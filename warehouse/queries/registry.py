@@ -23,7 +23,9 @@ cannot narrow by task, model or agent (lengths) has a third statement for that (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -178,11 +180,20 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
         binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
         # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
         result = session.fetch(sql, binds, max_rows=None)
-        if post is None:
-            return result
-        columns, rows = post(result.columns, result.rows, values,
-                             lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
-    return ReadResult(columns, rows)
+        columns, rows = result.columns, result.rows
+        if post is not None:
+            columns, rows = post(columns, rows, values,
+                                 lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
+    return ReadResult(columns, [tuple(map(_without_noise, row)) for row in rows])
+
+
+def _without_noise(value: Any) -> Any:
+    """A computed ratio to 12 significant digits, as a float on both backends: the arithmetic
+    leaves noise in the last bits (pass@k's 1 - 0.6 is 0.4000000000000001), and PostgreSQL
+    divides in numeric (Decimal)."""
+    if isinstance(value, (float, Decimal)) and math.isfinite(value):
+        return float(f"{value:.12g}")
+    return value
 
 
 # run_task_outcomes' rows from run_task_breakdown's, which hold agent and model: exact for any

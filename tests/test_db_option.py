@@ -1,0 +1,88 @@
+"""`--db` wherever a user puts it: before the subcommand, after it, between a group and its
+command; the innermost one given wins, and WAREHOUSE_DB applies when none is. On every command
+(the list comes from the real CLI's tree) and both backends."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cli_tree
+from ingest.pipeline import ingest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = str(REPO / "examples" / "sample")
+RUN_A, RUN_B = "9f8c2915-4688-461a-8cba-3901225a1cb2", "b421acf4-22ff-44ae-abea-d6ef824bc737"
+
+# For each command, arguments that make it succeed on a warehouse holding examples/sample.
+# "{out}" is a fresh folder.
+ARGS: dict[tuple[str, ...], list[str]] = {
+    ("ingest",): [SAMPLE],
+    ("db", "upgrade"): [],
+    ("db", "downgrade"): ["-1", "--yes"],
+    ("db", "current"): [],
+    ("db", "check"): [],
+    ("query", "list"): [],
+    ("query", "runs"): [],
+    ("query", "pass-rate"): ["--by", "model"],
+    ("query", "solve-matrix"): [],
+    ("query", "pass-at-k"): ["--k", "1,3"],
+    ("query", "compare"): ["--a", RUN_A, "--b", RUN_B],
+    ("query", "failures"): [],
+    ("query", "lengths"): [],
+    ("sql",): ["SELECT count(*) FROM trials"],
+    ("search",): ["error", "--limit", "3"],
+    ("show",): ["debug-csv__XM5Mqch"],
+    ("index", "build"): [],
+    ("index", "drop"): [],
+    ("export", "hub"): ["{out}", "--source", "sample"],
+    ("export", "tables"): ["{out}"],
+}
+
+
+def _cli(*args: str, env_db: str | None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "WAREHOUSE_DB"}
+    if env_db is not None:
+        env["WAREHOUSE_DB"] = env_db
+    return subprocess.run([sys.executable, "-m", "warehouse", *args], env=env, capture_output=True,
+                          text=True, timeout=180, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def sample_url(db_url, engine):
+    ingest(engine, [SAMPLE])
+    return db_url
+
+
+def test_every_command_is_covered():
+    assert sorted(ARGS) == sorted(cli_tree.leaves())
+
+
+@pytest.mark.parametrize("path", sorted(ARGS), ids=" ".join)
+def test_db_after_the_command(path, sample_url, tmp_path):
+    """`warehouse PATH ARGS --db URL` uses URL, although WAREHOUSE_DB names a file that does
+    not exist (a reader would say `no warehouse at …`)."""
+    args = [a.replace("{out}", str(tmp_path / "out")) for a in ARGS[path]]
+    done = _cli(*path, *args, "--db", sample_url, env_db=str(tmp_path / "missing.db"))
+    assert done.returncode == 0, done.stderr
+    assert "missing.db" not in done.stderr
+
+
+def test_db_anywhere_and_the_innermost_wins(sample_url, tmp_path):
+    missing = str(tmp_path / "missing.db")
+    count = ["sql", "-f", "csv", "SELECT count(*) AS n FROM trials"]
+    for args in ([ "--db", sample_url, *count],  # before
+                 [*count, "--db", sample_url],  # after
+                 [*count, f"--db={sample_url}"],  # as --db=URL
+                 ["--db", missing, *count, "--db", sample_url],  # both: the innermost
+                 ["--db", missing, "query", "--db", sample_url, "runs", "-f", "csv"]):  # on a group
+        done = _cli(*args, env_db=missing)
+        assert done.returncode == 0, (args, done.stderr)
+    assert _cli(*count, env_db=sample_url).stdout == "n\n36\n"  # the variable, when no --db
+    # The innermost wins the other way round too: it names the missing file, which is reported.
+    wrong = _cli("--db", sample_url, "db", "current", "--db", missing, env_db=None)
+    assert wrong.returncode == 1 and wrong.stderr.startswith(f"Error: no warehouse at {missing}")
