@@ -33,7 +33,15 @@ def report(
     failures and lengths.
 
     One file with its charts' code inside: it opens offline, and nothing in the warehouse is
-    written. Needs plotly (the `report` extra)."""
+    written. Needs plotly (the `report` extra).
+
+    Examples:
+
+    \b
+      warehouse report sweep.html
+      warehouse runs label 9f8c2915 step=100 && warehouse report sweep.html --by label:step
+      warehouse report one.html --run 9f8c2915
+    """
     from warehouse import report as building  # plotly and the charts: only for this command
     from warehouse.filters import Filters
 

@@ -8,10 +8,17 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, FormatOption, echo_err, write_rows
+from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
 
-runs_app = typer.Typer(invoke_without_command=True,
-                       help="The runs: key, name, labels, trials, pass rate, sources.")
+runs_app = typer.Typer(invoke_without_command=True, help="""The runs: key, name, labels, trials, pass rate, sources.
+
+    Examples:
+
+    \b
+      warehouse runs
+      warehouse runs --sort label:step
+      warehouse runs label 9f8c2915 step=100 lr=3e-5
+    """)
 app.add_typer(runs_app, name="runs")
 
 
@@ -21,10 +28,18 @@ def list_runs(
     sort: Annotated[Optional[str], typer.Option(
         "--sort", help="key (default), name, or label:KEY (numbers as numbers).")] = None,
     fmt: FormatOption = Format.table,
+    wide: WideOption = False,
 ) -> None:
     """List the runs: key, name, labels, trials, pass rate (reward >= 1), sources.
 
-    A run is asked for anywhere by its key, a unique prefix of the key, or its name."""
+    A run is asked for anywhere by its key, a unique prefix of the key, or its name.
+
+    Examples:
+
+    \b
+      warehouse runs
+      warehouse runs --sort name --format csv
+    """
     if ctx.invoked_subcommand is not None:
         return
     from warehouse.readonly import readonly_session
@@ -32,7 +47,7 @@ def list_runs(
 
     with readonly_session(state(ctx).read_engine().url) as session:  # (its SQLite has string_agg)
         columns, rows = listing(session.connection, sort)
-    write_rows(columns, rows, fmt)
+    write_rows(columns, rows, fmt, wide=wide)
 
 
 def _write(ctx: typer.Context):
@@ -57,7 +72,14 @@ def rename(
     run: Annotated[str, typer.Argument(help="The run: its key, a unique prefix of it, or its name.")],
     name: Annotated[str, typer.Argument(help="Its new name (no other run's name or key).")],
 ) -> None:
-    """Give a run a new name (a later ingest keeps it, unless given --run)."""
+    """Give a run a new name (a later ingest keeps it, unless given --run).
+
+    Examples:
+
+    \b
+      warehouse runs rename 9f8c2915 baseline
+      warehouse runs rename b421acf4 "step 200"
+    """
     from warehouse.runs import rename_run, resolve_run
 
     with _write(ctx) as conn:
@@ -75,7 +97,14 @@ def label(
     remove: Annotated[Optional[list[str]], typer.Option(
         "--remove", help="Remove the label KEY. Repeatable.")] = None,
 ) -> None:
-    """Set (or --remove) labels on a run: `warehouse runs label RUN step=13 lr=3e-5`."""
+    """Set (or --remove) labels on a run.
+
+    Examples:
+
+    \b
+      warehouse runs label 9f8c2915 step=100 lr=3e-5
+      warehouse runs label 9f8c2915 --remove lr
+    """
     from warehouse.runs import label_run, labels_of
 
     with _write(ctx) as conn:
