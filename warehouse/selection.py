@@ -87,7 +87,7 @@ def episode_ids_sql(dialect: str, pick: Pick, filters: tuple[str, Mapping[str, A
     `filters` is a predicate over `s.run_id`, `s.task`, `s.model`, `s.agent` (the shape of
     warehouse.filters.Filters.sql) and its binds."""
     predicate, binds = filters
-    binds = {**binds, "pick_threshold": pick.threshold}
+    binds = {**binds, **({} if pick.solved is None else {"pick_threshold": pick.threshold})}
     where = "1=1" if pick.where is None else pick.where.replace(":", "\\:")  # no parameters: a colon is a colon
     solved = {True: "s.reward >= :pick_threshold",
               False: "(s.reward IS NULL OR s.reward < :pick_threshold)",
