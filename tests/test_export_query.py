@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from sqlalchemy import text
 
 from helpers import counts
 from ingest import writer
@@ -22,6 +23,8 @@ from ingest.records import Episode, Trial, Turn
 from procs import run_cli
 from warehouse.errors import WarehouseError
 from warehouse.export import export_hub
+from warehouse.filters import Filters
+from warehouse.runs import set_labels
 from warehouse.selection import Pick
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -125,12 +128,28 @@ def test_episodes_last_and_all(engine, tmp_path):
 
 def test_pick_with_a_run_and_with_a_source(engine, tmp_path):
     _build(engine)
-    info = export_hub(engine, tmp_path / "a", runs=["run-b"], pick=Pick(per_task="first"))
+    info = export_hub(engine, tmp_path / "a", Filters(runs=("run-b",)), pick=Pick(per_task="first"))
     assert _trials(info) == {"y", "z1"} and {run for _, run, _ in _picked(info)} == {"run-b"}
     info = export_hub(engine, tmp_path / "s", sources=["sweep"], pick=Pick(solved=False))
     assert _trials(info) == {"x2", "x4"}
     nothing = export_hub(engine, tmp_path / "none", pick=Pick(where="1=0"))
     assert nothing.n_rows == 0 and len(nothing.files) == 1  # an empty dataset still has a file
+
+
+def test_filters_narrow_as_they_do_the_queries(engine, tmp_path):
+    _build(engine)
+    assert _trials(export_hub(engine, tmp_path / "glob", Filters(tasks=("T?",)))) == {
+        "x1", "x2", "x3", "x4", "x5", "y", "z1"}  # a glob with a wildcard ignores case
+    info = export_hub(engine, tmp_path / "two", Filters(tasks=("t2",), runs=("run-a",)))
+    assert _picked(info) == [("y", "run-a", "episode-0")]
+    # A model by its name without the provider; filters and the pick together.
+    info = export_hub(engine, tmp_path / "model", Filters(models=("gpt-4o",), agents=("terminus-*",)),
+                      pick=Pick(solved=True, per_task="shortest"))
+    assert _trials(info) == {"x3", "y", "z1"}
+    assert export_hub(engine, tmp_path / "none", Filters(agents=("openhands",))).n_rows == 0
+    with pytest.raises(WarehouseError, match="no run 'run-z'"):
+        export_hub(engine, tmp_path / "bad", Filters(runs=("run-z",)))
+    assert not (tmp_path / "bad").exists()
 
 
 def test_a_bad_pick_is_refused_before_anything_is_written(engine, tmp_path):
@@ -193,6 +212,26 @@ def test_a_sweep_cut_to_its_shortest_solutions_ingests_back_as_nothing_new(engin
     assert f"- command: `{shlex.join(['warehouse', '--db', shown, 'export', 'hub', str(out), '--solved', '--per-task', 'shortest'])}`" in card
     assert "wh:wh@" not in card  # the password never reaches the card
     assert "at schema revision " in card and f"| sweep | parquet | {tmp_path / 'sweep'} | 1 | {len(rows)} |" in card
+
+
+def test_a_checkpoint_of_a_labelled_sweep(engine, db_url, tmp_path):
+    """The five runs labelled step=100…500 (as `warehouse runs label` would): --label picks one
+    checkpoint, and the card names it with its labels."""
+    generated = generate_dataset(tmp_path / "sweep", "tiny", runs=5, seed=19)
+    assert ingest(engine, [str(tmp_path / "sweep")]).errors == []
+    with engine.begin() as conn:
+        for step, key in enumerate(generated.runs, start=1):
+            run_id = conn.execute(text("SELECT id FROM runs WHERE run_key = :k"), {"k": key}).scalar_one()
+            set_labels(conn, run_id, {"step": str(step * 100)})
+    out = tmp_path / "step-300"
+    made = run_cli(db_url, "export", "hub", str(out), "--label", "step=300", "--solved", "--per-task", "shortest")
+    assert made.returncode == 0, made.stderr
+    rows = pq.read_table(out / "data" / "train-00000-of-00001.parquet").to_pylist()
+    assert rows and {row["run_id"] for row in rows} == {generated.runs[2]}
+    assert len({row["task"] for row in rows}) == len(rows)
+    card = (out / "README.md").read_text()
+    assert f"| {generated.runs[2]} |  | step=300 | {len(rows)} |" in card and "- labels: `step=300`" in card
+    assert all(key not in card for key in generated.runs if key != generated.runs[2])
 
 
 def test_two_exports_are_the_same_bytes(engine, db_url, tmp_path):

@@ -7,11 +7,11 @@
   cast back to its original type. Trials read from trace directories have no Hub schema: their
   episodes go to `train-*` shards with Harbor's standard columns, as `harbor traces export`
   writes them.
-- **By run** (`runs=`, or neither option: every run): each episode of the runs once (from the
+- **By run** (no `sources=`: every run, or those `filters=` keep): each episode once (from the
   first unit that brought it), under the *union* of the schemas of the shards the rows came
   from, so that no column of any of them is dropped (a row gets null in the columns its own shard
   lacked). Shards roll over at SHARD_BYTES of text.
-- Both: only the sources' rows that belong to the runs.
+- Both: only the rows of the episodes that the filters and the pick (warehouse.selection) keep.
 
 Memory stays bounded whatever the size: provenance rows are streamed from the database, their
 detail (episodes, trials, turns, messages) is fetched CHUNK_ROWS at a time, and rows are written
@@ -42,7 +42,9 @@ from sqlalchemy.orm import aliased
 from warehouse import __version__
 from warehouse.db import models
 from warehouse.errors import WarehouseError, first_line
+from warehouse.filters import Filters
 from warehouse.outdir import staged_output
+from warehouse.runs import labels_of
 from warehouse.selection import Pick, check_where, episode_ids_sql
 from warehouse.texts import exact_column, from_bytes
 
@@ -89,16 +91,17 @@ class ExportInfo:
         return sum(self.rows_per_file)
 
 
-def export_hub(engine: Engine, out_dir: str | Path, runs: Sequence[str] | None = None,
+def export_hub(engine: Engine, out_dir: str | Path, filters: Filters | None = None,
                sources: Sequence[str] | None = None, *, pick: Pick | None = None,
                command: Sequence[str] | None = None, force: bool = False) -> ExportInfo:
-    """Write the rows of `sources` (names or URIs) and/or `runs` (run keys or names; neither:
-    every run), narrowed by `pick` (warehouse.selection), as a Hub dataset in `out_dir`, which
-    must be missing or empty unless `force`. `command` is the command line the card names."""
+    """Write the rows of `sources` (names or URIs; none: every run's episodes), narrowed by
+    `filters` (warehouse.filters: runs, tasks, models, agents, labels) and `pick`
+    (warehouse.selection), as a Hub dataset in `out_dir`, which must be missing or empty unless
+    `force`. `command` is the command line the card names."""
     out = Path(out_dir)
     info = ExportInfo(out_dir=out)
     with engine.connect() as conn:
-        selection = _Selection.resolve(conn, runs, sources, pick or Pick())
+        selection = _Selection.resolve(conn, sources, filters or Filters(), pick or Pick())
         outputs = _plan_sources(conn, selection) if selection.source_ids else [_plan_runs(conn, selection)]
         if selection.source_ids:
             info.notes += _missing_rows(conn, selection.source_ids)
@@ -127,37 +130,31 @@ def export_hub(engine: Engine, out_dir: str | Path, runs: Sequence[str] | None =
 
 @dataclass
 class _Selection:
-    run_ids: list[int] | None
     source_ids: list[int] | None
-    run_labels: list[str]
     source_labels: list[str]
+    filters: Filters
     pick: Pick
-    episodes: Any = None  # the picked episodes' ids (a subquery), when the pick narrows
+    episodes: Any = None  # the selected episodes' ids (a subquery), when the filters or the pick narrow
 
     @classmethod
-    def resolve(cls, conn: Connection, runs: Sequence[str] | None, sources: Sequence[str] | None,
-                pick: Pick) -> "_Selection":
-        run_ids = _match(conn, RUNS, ("run_key", "name"), runs, "run") if runs else None
+    def resolve(cls, conn: Connection, sources: Sequence[str] | None, filters: Filters, pick: Pick) -> "_Selection":
         source_ids = _match(conn, SOURCES, ("uri", "name"), sources, "source", paths=True) if sources else None
         episodes = None
-        if pick:
-            runs_sql = ("s.run_id IN (" + ", ".join(map(str, run_ids)) + ")") if run_ids else "1=1"
-            sql, binds = episode_ids_sql(conn.dialect.name, pick, (runs_sql, {}))
+        if filters or pick:
+            predicate = filters.sql(conn, run_id="s.run_id", task="s.task", model="s.model", agent="s.agent")
+            sql, binds = episode_ids_sql(conn.dialect.name, pick, predicate)
             check_where(conn.engine.url, pick, sql, binds)
             episodes = text(sql).bindparams(**binds).columns(episode_id=Integer)
-        return cls(run_ids, source_ids, list(runs or []), list(sources or []), pick, episodes)
+        return cls(source_ids, list(sources or []), filters, pick, episodes)
 
     @property
     def run_filter(self) -> list:
-        where = [TRIALS.c.run_id.in_(self.run_ids)] if self.run_ids else []
-        if self.episodes is not None:
-            where.append(EPISODE_LOADS.c.episode_id.in_(self.episodes))
-        return where
+        return [] if self.episodes is None else [EPISODE_LOADS.c.episode_id.in_(self.episodes)]
 
     @property
     def narrowed(self) -> bool:
         """Whether only some rows of the sources are wanted (an empty input shard then stays out)."""
-        return bool(self.run_ids or self.episodes is not None)
+        return self.episodes is not None
 
 
 def _match(conn: Connection, table, columns: tuple[str, ...], wanted: Sequence[str], what: str,
@@ -580,7 +577,7 @@ def _write_card(path: Path, conn: Connection, sel: _Selection, info: ExportInfo,
         what.append(f"command: `{shlex.join(command)}`")
     if sel.source_labels:
         what.append("sources: " + ", ".join(f"`{s}`" for s in sel.source_labels))
-    what.append("runs: " + (", ".join(f"`{r}`" for r in sel.run_labels) if sel.run_labels else "all"))
+    what += _describe_filters(sel.filters)
     if sel.pick:
         what += sel.pick.describe()
     revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
@@ -600,12 +597,24 @@ def _write_card(path: Path, conn: Connection, sel: _Selection, info: ExportInfo,
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
+def _describe_filters(filters: Filters) -> list[str]:
+    """The filters as given, one line each ("runs: all" when they name none)."""
+    lines = ["runs: " + (", ".join(f"`{r}`" for r in filters.runs) if filters.runs else "all")]
+    for name, values in (("labels", [f"{k}={v}" for k, v in filters.labels]), ("tasks", filters.tasks),
+                         ("models", filters.models), ("agents", filters.agents)):
+        if values:
+            lines.append(f"{name}: " + ", ".join(f"`{v}`" for v in values))
+    return lines
+
+
 def _provenance(conn: Connection, builder: _RowBuilder) -> list[str]:
     """Markdown tables of the runs, sources and loads the rows came from, with their row counts."""
-    lines = ["| run_key | name | rows |", "|---|---|---|"]
+    lines = ["| run_key | name | labels | rows |", "|---|---|---|---|"]
     runs = builder._select_in(select(RUNS.c.id, RUNS.c.run_key, RUNS.c.name), RUNS.c.id, builder.rows_by_run)
+    labels = labels_of(conn, builder.rows_by_run)
     for run_id, key, name in sorted(runs, key=lambda r: r.run_key):
-        lines.append(f"| {_cell(key)} | {_cell(name)} | {builder.rows_by_run[run_id]} |")
+        shown = " ".join(f"{k}={v}" for k, v in labels.get(run_id, {}).items())
+        lines.append(f"| {_cell(key)} | {_cell(name)} | {_cell(shown)} | {builder.rows_by_run[run_id]} |")
     stmt = (select(LOADS.c.id, LOADS.c.unit, LOADS.c.content_hash, SOURCES.c.id.label("source_id"), SOURCES.c.kind,
                    SOURCES.c.name, SOURCES.c.uri).join_from(LOADS, SOURCES, SOURCES.c.id == LOADS.c.source_id))
     loads = sorted(builder._select_in(stmt, LOADS.c.id, builder.rows_by_load), key=lambda r: r.id)

@@ -37,7 +37,15 @@ def hub(
     ctx: typer.Context,
     out: Out,
     run: Annotated[Optional[list[str]], typer.Option(
-        "--run", help="Export this run's episodes (run key or name); repeatable.")] = None,
+        "--run", help="Export this run's episodes (run key, a unique prefix of it, or name); repeatable.")] = None,
+    task: Annotated[Optional[list[str]], typer.Option(
+        "--task", help="Only trials of the tasks this glob matches (* and ?); repeatable.")] = None,
+    label: Annotated[Optional[list[str]], typer.Option(
+        "--label", metavar="KEY=VALUE", help="Only runs with this label; repeatable (all must hold).")] = None,
+    model: Annotated[Optional[list[str]], typer.Option(
+        "--model", help="Only trials of this model (glob; with or without its provider); repeatable.")] = None,
+    agent: Annotated[Optional[list[str]], typer.Option(
+        "--agent", help="Only trials of this agent (glob); repeatable.")] = None,
     source: Annotated[Optional[list[str]], typer.Option(
         "--source", help="Export this source's rows, shard by shard as ingested (name, URI or path); "
         "repeatable. With --run: only those runs' rows of it.")] = None,
@@ -64,13 +72,15 @@ def hub(
     By run (or, without --run and --source, every run), each episode once, under the union of
     the schemas of the shards it came from.
 
-    --solved, --where, --per-task and --episodes narrow either to a dataset built by query; README.md says what was selected, from which runs, sources and loads, and by which command."""
+    --task, --label, --model, --agent, --solved, --where, --per-task and --episodes narrow either to a dataset built by query; README.md says what was selected, from which runs, sources and loads, and by which command."""
     engine = state(ctx).read_engine()
     from warehouse.export import export_hub  # pyarrow: imported by the commands that use it
+    from warehouse.filters import Filters
     from warehouse.selection import Pick
 
+    filters = Filters.of(run=run, task=task, model=model, agent=agent, label=label)
     pick = Pick(solved=solved, threshold=threshold, where=where, per_task=per_task.value, episodes=episodes.value)
-    info = export_hub(engine, out, runs=run, sources=source, pick=pick, command=_command_line(), force=force)
+    info = export_hub(engine, out, filters, sources=source, pick=pick, command=_command_line(), force=force)
     for note in info.notes:
         typer.echo(f"warning: {note}", err=True)
     _say_replaced(out, info.replaced)
