@@ -102,6 +102,7 @@ def _trials(info) -> set[str]:
     (Pick(where="reward > 0.7 AND trial_name LIKE 'x%'"), {"x1", "x3", "x5"}),
     (Pick(where="task = ')' OR task = '(' OR run_key = 'run-b'"), {"y", "z1", "n1"}),  # parentheses in strings
     (Pick(where="task IN (SELECT name FROM tasks WHERE name <> 't1')", per_task="first"), {"y", "z1"}),
+    (Pick(where="trial_name <> ':pick_threshold' AND task <> 'a:b' AND reward >= 1", solved=False), set()),  # no binds
 ])
 def test_each_pick_keeps_what_it_documents(engine, tmp_path, pick, expected):
     _build(engine)

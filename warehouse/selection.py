@@ -88,30 +88,39 @@ def episode_ids_sql(dialect: str, pick: Pick, filters: tuple[str, Mapping[str, A
     warehouse.filters.Filters.sql) and its binds."""
     predicate, binds = filters
     binds = {**binds, **({} if pick.solved is None else {"pick_threshold": pick.threshold})}
-    where = "1=1" if pick.where is None else pick.where.replace(":", "\\:")  # no parameters: a colon is a colon
+    where = "1=1" if pick.where is None else _colons(pick.where)
     solved = {True: "s.reward >= :pick_threshold",
               False: "(s.reward IS NULL OR s.reward < :pick_threshold)",
               None: "1=1"}[pick.solved]
     episodes = _LAST_EPISODE if pick.episodes == "last" else "1=1"
-    has_episode = f"EXISTS (SELECT 1 FROM episodes e WHERE e.trial_id = s.trial_id AND {episodes})"
-    chosen = (f"SELECT s.*, tr.run_id AS run_id FROM (SELECT {_SUMMARY_COLUMNS} FROM trial_summary "
-              f"WHERE ({where})) s JOIN trials tr ON tr.id = s.trial_id")
-    # Filters name s.run_id etc.: the predicate goes one level out, over `chosen`.
-    kept = f"SELECT s.trial_id FROM ({chosen}) s WHERE ({predicate}) AND {solved} AND {has_episode}"
-    if pick.per_task != "all":
+    # The predicate sees trial_summary alone; the filters name s.run_id etc., one level out.
+    summary = (f"SELECT s.*, tr.run_id AS run_id FROM (SELECT {_SUMMARY_COLUMNS} FROM trial_summary "
+               f"WHERE ({where})) s JOIN trials tr ON tr.id = s.trial_id")
+    candidates = (f"SELECT s.*, l.turns, l.chars FROM ({summary}) s "
+                  f"LEFT JOIN trial_lengths l ON l.trial_id = s.trial_id "
+                  f"WHERE ({predicate}) AND {solved} "
+                  f"AND EXISTS (SELECT 1 FROM episodes e WHERE e.trial_id = s.trial_id AND {episodes})")
+    if pick.per_task == "all":
+        kept = f"SELECT c.trial_id FROM ({candidates}) c"
+    else:
         by_name = ' COLLATE "C"' if dialect == "postgresql" else ""  # byte order, as SQLite's BINARY
-        ties = f"s.trial_name{by_name}, s.run_key{by_name}"
-        shortest = "(l.turns IS NULL), l.turns, (l.chars IS NULL), l.chars"
+        ties = f"c.trial_name{by_name}, c.run_key{by_name}"
+        shortest = "(c.turns IS NULL), c.turns, (c.chars IS NULL), c.chars"
         order = {
-            "best": f"(s.reward IS NULL), s.reward DESC, {shortest}, {ties}",
+            "best": f"(c.reward IS NULL), c.reward DESC, {shortest}, {ties}",
             "shortest": f"{shortest}, {ties}",
-            "first": f"(s.started_at IS NULL), s.started_at, {ties}",
+            "first": f"(c.started_at IS NULL), c.started_at, {ties}",
         }[pick.per_task]
-        kept = (f"SELECT trial_id FROM (SELECT s.trial_id, row_number() OVER (PARTITION BY s.task ORDER BY {order}) "
-                f"AS pick FROM ({chosen}) s LEFT JOIN trial_lengths l ON l.trial_id = s.trial_id "
-                f"WHERE ({predicate}) AND {solved} AND {has_episode} AND s.task IS NOT NULL) ranked WHERE pick = 1")
+        kept = (f"SELECT trial_id FROM (SELECT c.trial_id, row_number() OVER (PARTITION BY c.task ORDER BY {order}) "
+                f"AS pick FROM ({candidates}) c WHERE c.task IS NOT NULL) ranked WHERE pick = 1")
     sql = f"SELECT e.id AS episode_id FROM episodes e WHERE e.trial_id IN ({kept}) AND {episodes}"
     return sql, binds
+
+
+def _colons(predicate: str) -> str:
+    """The predicate as SQLAlchemy text() without parameters: every colon a colon (`\\:`), so that
+    it can name none of the statement's binds."""
+    return predicate.replace(":", "\\:")
 
 
 def check_where(url: URL, pick: Pick, sql: str, binds: Mapping[str, Any]) -> None:
@@ -125,7 +134,7 @@ def check_where(url: URL, pick: Pick, sql: str, binds: Mapping[str, Any]) -> Non
         return
     from warehouse.readonly import readonly_session  # its import is only needed here
 
-    bare = f"SELECT trial_id FROM trial_summary WHERE {pick.where.replace(':', chr(92) + ':')}"
+    bare = f"SELECT trial_id FROM trial_summary WHERE {_colons(pick.where)}"
     with readonly_session(url) as session:
         try:
             session.fetch(f"EXPLAIN {sql}", binds, max_rows=None)
