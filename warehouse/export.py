@@ -148,7 +148,7 @@ class _Selection:
         return cls(source_ids, list(sources or []), filters, pick, episodes)
 
     @property
-    def run_filter(self) -> list:
+    def row_filter(self) -> list:
         return [] if self.episodes is None else [EPISODE_LOADS.c.episode_id.in_(self.episodes)]
 
     @property
@@ -190,16 +190,16 @@ def _plan_sources(conn: Connection, sel: _Selection) -> list[_Output]:
         LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_not(None)).order_by(LOADS.c.id)
     for load in conn.execute(hub_loads):
         outputs.append(_Output(schema=_load_schema(load.arrow_schema), file_name=Path(load.unit).name,
-                               where=[EPISODE_LOADS.c.load_id == load.id, *sel.run_filter],
+                               where=[EPISODE_LOADS.c.load_id == load.id, *sel.row_filter],
                                keep_empty=not sel.narrowed))
-    traces = [LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_(None), *sel.run_filter]
+    traces = [LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_(None), *sel.row_filter]
     if _any_row(conn, traces):
         outputs.append(_Output(schema=_harbor_schema(conn, traces), where=traces))
     return outputs
 
 
 def _plan_runs(conn: Connection, sel: _Selection) -> _Output:
-    where = sel.run_filter
+    where = sel.row_filter
     loads = select(EPISODE_LOADS.c.load_id).select_from(_PROVENANCE).where(*where)
     texts = conn.execute(select(LOADS.c.arrow_schema).where(
         LOADS.c.id.in_(loads), LOADS.c.arrow_schema.is_not(None)).order_by(LOADS.c.id)).scalars()
