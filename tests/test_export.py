@@ -27,6 +27,7 @@ from ingest.records import Episode, Trial, Turn
 from warehouse.errors import WarehouseError
 from warehouse.export import export_hub
 from warehouse.export_tables import export_tables
+from warehouse.filters import Filters
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
 UUID = "6a29732a-0000-4000-8000-000000000001"
@@ -239,7 +240,7 @@ def test_a_row_whose_conversation_conflicts_comes_back_from_its_own_source(engin
     round_trip(engine, tmp_path / "two", tmp_path / "out-two")
     assert counts(engine)["conflicts"] == 1
 
-    by_run = pq.read_table(export_hub(engine, tmp_path / "out-run", runs=[UUID]).files[0]).to_pylist()
+    by_run = pq.read_table(export_hub(engine, tmp_path / "out-run", Filters(runs=(UUID,))).files[0]).to_pylist()
     first = [r for r in by_run if (r["trial_name"], r["episode"]) == ("t__abcdefg", "episode-0")]
     assert [m["content"] for m in first[0]["conversations"]] == ["x", "first answer"]
     assert len(by_run) == 3
@@ -306,18 +307,18 @@ def test_export_by_run_selects_only_that_run(engine, tmp_path):
     shard = write_shard(tmp_path / "ds" / "data" / "train-00000-of-00001.parquet", rows)
     ingest(engine, [str(tmp_path / "ds")])
 
-    info = export_hub(engine, tmp_path / "out", runs=[OTHER_UUID])
+    info = export_hub(engine, tmp_path / "out", Filters(runs=(OTHER_UUID,)))
     assert [p.name for p in info.files] == ["train-00000-of-00001.parquet"]
     table = pq.read_table(shard)
     expected = table.filter(pc.equal(table["run_id"], OTHER_UUID))
     assert pq.read_table(info.files[0]).equals(expected)
 
     # A run filter on a source keeps the source's shard names and schema.
-    info = export_hub(engine, tmp_path / "out2", runs=[UUID], sources=["ds"])
+    info = export_hub(engine, tmp_path / "out2", Filters(runs=(UUID,)), sources=["ds"])
     assert pq.read_table(info.files[0]).equals(table.filter(pc.equal(table["run_id"], UUID)))
 
     with pytest.raises(WarehouseError, match="no run 'nope'"):
-        export_hub(engine, tmp_path / "out3", runs=["nope"])
+        export_hub(engine, tmp_path / "out3", Filters(runs=("nope",)))
     with pytest.raises(WarehouseError, match="no source"):
         export_hub(engine, tmp_path / "out3", sources=["nope"])
     assert not (tmp_path / "out3").exists()
@@ -348,7 +349,7 @@ def test_run_export_uses_the_union_of_the_schemas(engine, tmp_path):
                 [hub_row("b__bbbbbbb", 0, [("user", "b")], trace_source="main", token_ids=[[1, 2]])],
                 [pa.field("token_ids", TOKEN_IDS)])
     ingest(engine, [str(tmp_path / "a"), str(tmp_path / "b")])
-    info = export_hub(engine, tmp_path / "out", runs=[UUID])
+    info = export_hub(engine, tmp_path / "out", Filters(runs=(UUID,)))
     got = pq.read_table(info.files[0])
     assert got.schema.names[-3:] == ["instruction", "trace_source", "token_ids"]
     assert got.schema.field("token_ids").type == TOKEN_IDS

@@ -15,6 +15,7 @@ from ingest.pipeline import ingest
 from ingest.traces import discover, read_trial, run_key_for
 from query_fixture import cli
 from warehouse.export import export_hub
+from warehouse.filters import Filters
 from warehouse.queries import QUERIES, run_canned
 from warehouse.show import load_trajectory, to_text
 
@@ -167,7 +168,7 @@ def test_a_folder_without_job_files_names_its_run(engine, db_url, tmp_path):
     listed = run_canned(db_url, QUERIES["runs"], {})
     assert [row[listed.columns.index("name")] for row in listed.rows] == ["pinchbench-147-kimi2.6", "rl-exp-7"]
     # The name selects the run, as a job's does.
-    info = export_hub(engine, tmp_path / "out", runs=["pinchbench-147-kimi2.6"])
+    info = export_hub(engine, tmp_path / "out", Filters(runs=("pinchbench-147-kimi2.6",)))
     assert {r["run_id"] for r in pq.read_table(info.files[0]).to_pylist()} == {FIXTURE_JOB_UUID}
     # Re-ingesting the fixture adds nothing.
     again = ingest(engine, [str(jobs)])

@@ -7,11 +7,11 @@
   cast back to its original type. Trials read from trace directories have no Hub schema: their
   episodes go to `train-*` shards with Harbor's standard columns, as `harbor traces export`
   writes them.
-- **By run** (`runs=`, or neither option: every run): each episode of the runs once (from the
+- **By run** (no `sources=`: every run, or those `filters=` keep): each episode once (from the
   first unit that brought it), under the *union* of the schemas of the shards the rows came
   from, so that no column of any of them is dropped (a row gets null in the columns its own shard
   lacked). Shards roll over at SHARD_BYTES of text.
-- Both: only the sources' rows that belong to the runs.
+- Both: only the rows of the episodes that the filters and the pick (warehouse.selection) keep.
 
 Memory stays bounded whatever the size: provenance rows are streamed from the database, their
 detail (episodes, trials, turns, messages) is fetched CHUNK_ROWS at a time, and rows are written
@@ -25,6 +25,8 @@ import functools
 import itertools
 import json
 import re
+import shlex
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
@@ -34,14 +36,16 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sqlalchemy import Connection, Engine, and_, exists, func, or_, select
+from sqlalchemy import Connection, Engine, Integer, and_, exists, func, or_, select, text
 from sqlalchemy.orm import aliased
 
 from warehouse import __version__
 from warehouse.db import models
 from warehouse.errors import WarehouseError, first_line
-from warehouse.runs import resolve_runs
+from warehouse.filters import Filters
 from warehouse.outdir import staged_output
+from warehouse.runs import labels_of
+from warehouse.selection import Pick, check_where, episode_ids_sql
 from warehouse.texts import exact_column, from_bytes
 
 SOURCES, LOADS, RUNS, TASKS, TRIALS, EPISODES, TURNS, MESSAGES, EPISODE_LOADS, TRIAL_LOADS, CONFLICTS = (
@@ -80,20 +84,24 @@ class ExportInfo:
     # What the export could not reproduce exactly, one line each.
     notes: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)  # what --force replaced in out_dir
+    schema: pa.Schema | None = None  # the one schema of every file (None when they differ)
 
     @property
     def n_rows(self) -> int:
         return sum(self.rows_per_file)
 
 
-def export_hub(engine: Engine, out_dir: str | Path, runs: Sequence[str] | None = None,
-               sources: Sequence[str] | None = None, *, force: bool = False) -> ExportInfo:
-    """Write the rows of `sources` (names or URIs) and/or `runs` (run keys or names; neither:
-    every run) as a Hub dataset in `out_dir`, which must be missing or empty unless `force`."""
+def export_hub(engine: Engine, out_dir: str | Path, filters: Filters | None = None,
+               sources: Sequence[str] | None = None, *, pick: Pick | None = None,
+               command: Sequence[str] | None = None, force: bool = False) -> ExportInfo:
+    """Write the rows of `sources` (names or URIs; none: every run's episodes), narrowed by
+    `filters` (warehouse.filters: runs, tasks, models, agents, labels) and `pick`
+    (warehouse.selection), as a Hub dataset in `out_dir`, which must be missing or empty unless
+    `force`. `command` is the command line the card names."""
     out = Path(out_dir)
     info = ExportInfo(out_dir=out)
     with engine.connect() as conn:
-        selection = _Selection.resolve(conn, runs, sources)
+        selection = _Selection.resolve(conn, sources, filters or Filters(), pick or Pick())
         outputs = _plan_sources(conn, selection) if selection.source_ids else [_plan_runs(conn, selection)]
         if selection.source_ids:
             info.notes += _missing_rows(conn, selection.source_ids)
@@ -106,12 +114,13 @@ def export_hub(engine: Engine, out_dir: str | Path, runs: Sequence[str] | None =
             data.mkdir()
             paths = (parts / f"{i:05d}.parquet" for i in itertools.count())
             shards = _drop_empty([shard for output in outputs for shard in _write_output(builder, output, paths)])
+            info.schema = _one_schema([shard.schema for shard in shards])
             for shard, name in zip(shards, _file_names(shards)):
                 shard.path.rename(data / name)
                 info.files.append(out / "data" / name)
                 info.rows_per_file.append(shard.n_rows)
             parts.rmdir()
-            _write_card(staging / "README.md", selection, info)
+            _write_card(staging / "README.md", conn, selection, info, builder, command)
         info.notes += builder.notes()
     return info
 
@@ -121,20 +130,31 @@ def export_hub(engine: Engine, out_dir: str | Path, runs: Sequence[str] | None =
 
 @dataclass
 class _Selection:
-    run_ids: list[int] | None
     source_ids: list[int] | None
-    run_labels: list[str]
     source_labels: list[str]
+    filters: Filters
+    pick: Pick
+    episodes: Any = None  # the selected episodes' ids (a subquery), when the filters or the pick narrow
 
     @classmethod
-    def resolve(cls, conn: Connection, runs: Sequence[str] | None, sources: Sequence[str] | None) -> "_Selection":
-        run_ids = [ref.id for ref in resolve_runs(conn, runs)] if runs else None
+    def resolve(cls, conn: Connection, sources: Sequence[str] | None, filters: Filters, pick: Pick) -> "_Selection":
         source_ids = _match(conn, SOURCES, ("uri", "name"), sources, "source", paths=True) if sources else None
-        return cls(run_ids, source_ids, list(runs or []), list(sources or []))
+        episodes = None
+        if filters or pick:
+            predicate = filters.sql(conn, run_id="s.run_id", task="s.task", model="s.model", agent="s.agent")
+            sql, binds = episode_ids_sql(conn.dialect.name, pick, predicate)
+            check_where(conn.engine.url, pick, sql, binds)
+            episodes = text(sql).bindparams(**binds).columns(episode_id=Integer)
+        return cls(source_ids, list(sources or []), filters, pick, episodes)
 
     @property
-    def run_filter(self) -> list:
-        return [TRIALS.c.run_id.in_(self.run_ids)] if self.run_ids else []
+    def row_filter(self) -> list:
+        return [] if self.episodes is None else [EPISODE_LOADS.c.episode_id.in_(self.episodes)]
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether only some rows of the sources are wanted (an empty input shard then stays out)."""
+        return self.episodes is not None
 
 
 def _match(conn: Connection, table, columns: tuple[str, ...], wanted: Sequence[str], what: str,
@@ -170,16 +190,16 @@ def _plan_sources(conn: Connection, sel: _Selection) -> list[_Output]:
         LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_not(None)).order_by(LOADS.c.id)
     for load in conn.execute(hub_loads):
         outputs.append(_Output(schema=_load_schema(load.arrow_schema), file_name=Path(load.unit).name,
-                               where=[EPISODE_LOADS.c.load_id == load.id, *sel.run_filter],
-                               keep_empty=not sel.run_ids))
-    traces = [LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_(None), *sel.run_filter]
+                               where=[EPISODE_LOADS.c.load_id == load.id, *sel.row_filter],
+                               keep_empty=not sel.narrowed))
+    traces = [LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_(None), *sel.row_filter]
     if _any_row(conn, traces):
         outputs.append(_Output(schema=_harbor_schema(conn, traces), where=traces))
     return outputs
 
 
 def _plan_runs(conn: Connection, sel: _Selection) -> _Output:
-    where = sel.run_filter
+    where = sel.row_filter
     loads = select(EPISODE_LOADS.c.load_id).select_from(_PROVENANCE).where(*where)
     texts = conn.execute(select(LOADS.c.arrow_schema).where(
         LOADS.c.id.in_(loads), LOADS.c.arrow_schema.is_not(None)).order_by(LOADS.c.id)).scalars()
@@ -201,6 +221,13 @@ def _union(schemas: list[pa.Schema]) -> pa.Schema:
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise WarehouseError(f"the selected rows come from shards whose columns do not fit one schema "
                              f"({first_line(exc)}); export them with --source instead") from None
+
+
+def _one_schema(schemas: list[pa.Schema]) -> pa.Schema | None:
+    """The schema all files share (metadata aside), for the card's features; None if they differ."""
+    if all(schema.equals(schemas[0]) for schema in schemas[1:]):
+        return schemas[0]
+    return None
 
 
 def _harbor_schema(conn: Connection, where: list) -> pa.Schema:
@@ -300,6 +327,9 @@ class _RowBuilder:
     def __init__(self, conn: Connection):
         self.conn = conn
         self.n_surrogate_texts = 0
+        # Rows written per load and per run (ids): the card's provenance.
+        self.rows_by_load: Counter[int] = Counter()
+        self.rows_by_run: Counter[int] = Counter()
 
     def rows(self, output: _Output) -> Iterator[tuple[dict[str, Any], int]]:
         """(row, text size) for each row of the output, in order."""
@@ -331,6 +361,8 @@ class _RowBuilder:
         for load_id, row_number, episode_id, from_hub, own_extra in chunk:
             episode = episodes[episode_id]
             trial = trials[episode.trial_id]
+            self.rows_by_load[load_id] += 1
+            self.rows_by_run[trial.run_id] += 1
             if (load_id, row_number) in own_turns:  # this row's conversation conflicted with the stored one
                 conversation = [_message(*t, texts) for t in own_turns[load_id, row_number]]
             else:
@@ -523,35 +555,121 @@ def _file_names(shards: list[_ShardWriter]) -> list[str]:
     return [f"train-{i:05d}-of-{len(shards):05d}.parquet" for i in range(len(shards))]
 
 
-def _write_card(path: Path, sel: _Selection, info: ExportInfo) -> None:
+# Loads listed one per line on the card; past this, a source's loads are only counted.
+CARD_LOADS = 100
+
+
+def _write_card(path: Path, conn: Connection, sel: _Selection, info: ExportInfo, builder: _RowBuilder,
+                command: Sequence[str] | None) -> None:
+    """README.md: the Hub's YAML front matter (configs, `dataset_info` features and row count)
+    and what the rows are and where they came from. Dated by the warehouse's last load rather
+    than the clock, so two exports of the same warehouse are the same bytes."""
+    from huggingface_hub import DatasetCardData  # a dependency already; its YAML is the Hub's own
+
+    dataset_info: dict[str, Any] = {"splits": [{"name": "train", "num_examples": info.n_rows}]}
+    if info.schema is not None:
+        dataset_info = {"features": [_feature(f.name, f.type) for f in info.schema], **dataset_info}
+    front = DatasetCardData(
+        configs=[{"config_name": "default", "data_files": [{"split": "train", "path": "data/*.parquet"}]}],
+        dataset_info=dataset_info, tags=["agent-trajectories", "harbor"]).to_yaml()
     what = []
+    if command:
+        what.append(f"command: `{shlex.join(command)}`")
     if sel.source_labels:
         what.append("sources: " + ", ".join(f"`{s}`" for s in sel.source_labels))
-    what.append("runs: " + (", ".join(f"`{r}`" for r in sel.run_labels) if sel.run_labels else "all"))
+    what += _describe_filters(sel.filters)
+    if sel.pick:
+        what += sel.pick.describe()
+    revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    as_of = conn.execute(select(func.max(LOADS.c.finished_at))).scalar()
     lines = [
-        "---",
-        "configs:",
-        "- config_name: default",
-        "  data_files:",
-        "  - split: train",
-        "    path: data/*.parquet",
-        "tags:",
-        "- agent-trajectories",
-        "- harbor",
-        "---",
-        "",
-        "# Agent trajectories exported from a trajectory warehouse",
-        "",
-        f"Written by `warehouse export hub` (warehouse {__version__}) on "
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}: one row per episode, in the columns of "
-        "`harbor traces export`.",
-        "",
+        "---", front.rstrip("\n"), "---", "",
+        "# Agent trajectories exported from a trajectory warehouse", "",
+        f"Written by `warehouse export hub` (warehouse {__version__}): one row per episode, in the columns of "
+        "`harbor traces export`.", "",
         *[f"- {line}" for line in what],
         f"- rows: {info.n_rows}",
-        f"- files: {len(info.files)}",
-        "",
+        f"- files: {len(info.files)}", "",
+        "## Provenance", "",
+        f"The warehouse as of its last load, {_when(as_of)}, at schema revision {revision}.", "",
+        *_provenance(conn, builder),
     ]
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _describe_filters(filters: Filters) -> list[str]:
+    """The filters as given, one line each ("runs: all" when they name none)."""
+    lines = ["runs: " + (", ".join(f"`{r}`" for r in filters.runs) if filters.runs else "all")]
+    for name, values in (("labels", [f"{k}={v}" for k, v in filters.labels]), ("tasks", filters.tasks),
+                         ("models", filters.models), ("agents", filters.agents)):
+        if values:
+            lines.append(f"{name}: " + ", ".join(f"`{v}`" for v in values))
+    return lines
+
+
+def _provenance(conn: Connection, builder: _RowBuilder) -> list[str]:
+    """Markdown tables of the runs, sources and loads the rows came from, with their row counts."""
+    lines = ["| run_key | name | labels | rows |", "|---|---|---|---|"]
+    runs = builder._select_in(select(RUNS.c.id, RUNS.c.run_key, RUNS.c.name), RUNS.c.id, builder.rows_by_run)
+    labels = labels_of(conn, builder.rows_by_run)
+    for run_id, key, name in sorted(runs, key=lambda r: r.run_key):
+        shown = " ".join(f"{k}={v}" for k, v in labels.get(run_id, {}).items())
+        lines.append(f"| {_cell(key)} | {_cell(name)} | {_cell(shown)} | {builder.rows_by_run[run_id]} |")
+    stmt = (select(LOADS.c.id, LOADS.c.unit, LOADS.c.content_hash, SOURCES.c.id.label("source_id"), SOURCES.c.kind,
+                   SOURCES.c.name, SOURCES.c.uri).join_from(LOADS, SOURCES, SOURCES.c.id == LOADS.c.source_id))
+    loads = sorted(builder._select_in(stmt, LOADS.c.id, builder.rows_by_load), key=lambda r: r.id)
+    sources: dict[int, list] = {}
+    for load in loads:
+        sources.setdefault(load.source_id, []).append(load)
+    lines += ["", "| source | kind | uri | loads | rows |", "|---|---|---|---|---|"]
+    for group in sorted(sources.values(), key=lambda g: g[0].source_id):
+        first = group[0]
+        rows = sum(builder.rows_by_load[load.id] for load in group)
+        lines.append(f"| {_cell(first.name)} | {first.kind} | {_cell(first.uri)} | {len(group)} | {rows} |")
+    if len(loads) <= CARD_LOADS:
+        lines += ["", "| load | source | unit | content hash | rows |", "|---|---|---|---|---|"]
+        lines += [f"| {load.id} | {_cell(load.name)} | {_cell(load.unit)} | {_cell(load.content_hash)} | "
+                  f"{builder.rows_by_load[load.id]} |" for load in loads]
+    else:
+        lines += ["", f"({len(loads)} loads, more than the {CARD_LOADS} listed here one by one: `export tables` "
+                      f"holds every one in loads.parquet.)"]
+    return [*lines, ""]
+
+
+def _cell(value: Any) -> str:
+    """A value as one Markdown table cell."""
+    return "" if value is None else str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _when(value: Any) -> str:
+    if value is None:
+        return "never (it is empty)"
+    if isinstance(value, str):  # a raw SQLite text, should a driver hand one back
+        value = datetime.fromisoformat(value)
+    value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return f"{value.astimezone(timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _feature(name: str, type: pa.DataType) -> dict[str, Any]:
+    """A column as the `dataset_info` features of a Hub card describe it (`datasets`' YAML)."""
+    return {"name": name, **_feature_type(type)}
+
+
+_DTYPES = {"double": "float64", "float": "float32", "halffloat": "float16"}
+
+
+def _feature_type(type: pa.DataType) -> dict[str, Any]:
+    if pa.types.is_struct(type):
+        return {"struct": [_feature(f.name, f.type) for f in type]}
+    if _is_list(type):
+        value = type.value_type
+        if pa.types.is_struct(value):
+            return {"list": [_feature(f.name, f.type) for f in value]}
+        inner = _feature_type(value)
+        return {"sequence": inner["dtype"] if set(inner) == {"dtype"} else inner}
+    if pa.types.is_dictionary(type):
+        return _feature_type(type.value_type)
+    return {"dtype": _DTYPES.get(str(type), str(type))}
 
 
 # --- values back to their Arrow types ------------------------------------------------------

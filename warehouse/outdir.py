@@ -28,10 +28,11 @@ def staged_output(out: Path, force: bool, replaced: list[str] | None = None) -> 
 
     When the block completes, each top-level entry of the staging folder replaces the entry of
     the same name in OUT (a folder as a whole, so no stale shard of an earlier export survives);
-    anything else in OUT is left alone. When the block raises, OUT keeps what it held before.
+    anything else in OUT is left alone. When the block raises, OUT keeps what it held before, and an OUT it made is gone.
     The staging folder lives inside OUT so that the final moves are renames on one file system.
     `replaced` receives what was in OUT and got replaced, one entry each ("data/ (12 files)")."""
     check_out_dir(out, force)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
     try:
@@ -42,6 +43,11 @@ def staged_output(out: Path, force: bool, replaced: list[str] | None = None) -> 
                 replaced.append(_describe(target))
             _remove(target)
             entry.rename(target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:  # (missing parents it made stay: they may have been anyone's)
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -81,7 +81,9 @@ def check_postgres(sql: str) -> str:
     try:
         statements = json.loads(parse_sql_json(sql)).get("stmts", [])
     except ParseError as exc:
-        raise WarehouseError(f"database error: {exc.args[0]} (at character {exc.args[1] + 1})") from None
+        message, location = exc.args[0], exc.args[1] if len(exc.args) > 1 else None
+        where = "" if location is None else f" (at character {location + 1})"  # none at the end of the input
+        raise WarehouseError(f"database error: {message}{where}") from None
     if not statements:
         raise WarehouseError("no SQL statement given")
     if len(statements) > 1:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,15 +27,50 @@ Force = Annotated[bool, typer.Option(
     "--force", help="Write into a non-empty OUT, replacing what the export writes and keeping the rest.")]
 
 
+class PerTask(str, Enum):
+    all = "all"
+    best = "best"
+    shortest = "shortest"
+    first = "first"
+
+
+class Episodes(str, Enum):
+    all = "all"
+    last = "last"
+
+
 @app.command()
 def hub(
     ctx: typer.Context,
     out: Out,
     run: Annotated[Optional[list[str]], typer.Option(
-        "--run", help="Export this run's episodes (run key or name); repeatable.")] = None,
+        "--run", help="Export this run's episodes (run key, a unique prefix of it, or name); repeatable.")] = None,
+    task: Annotated[Optional[list[str]], typer.Option(
+        "--task", help="Only trials of the tasks this glob matches (* and ?); repeatable.")] = None,
+    label: Annotated[Optional[list[str]], typer.Option(
+        "--label", metavar="KEY=VALUE", help="Only runs with this label; repeatable (all must hold).")] = None,
+    model: Annotated[Optional[list[str]], typer.Option(
+        "--model", help="Only trials of this model (glob; with or without its provider); repeatable.")] = None,
+    agent: Annotated[Optional[list[str]], typer.Option(
+        "--agent", help="Only trials of this agent (glob); repeatable.")] = None,
     source: Annotated[Optional[list[str]], typer.Option(
         "--source", help="Export this source's rows, shard by shard as ingested (name, URI or path); "
         "repeatable. With --run: only those runs' rows of it.")] = None,
+    solved: Annotated[Optional[bool], typer.Option(
+        "--solved/--unsolved", show_default=False,
+        help="Only the trials whose reward is at least --threshold / only the others.")] = None,
+    threshold: Annotated[float, typer.Option(
+        "--threshold", help="A trial is solved when its reward is at least this; one without a reward is not.")] = 1.0,
+    where: Annotated[Optional[str], typer.Option(
+        "--where", metavar="PREDICATE",
+        help="Only the trials this SQL predicate over the trial_summary view holds for "
+        "(e.g. \"reward > 0.5 AND agent = 'terminus-2'\"); read-only, checked as `warehouse sql` checks a query.")] = None,
+    per_task: Annotated[PerTask, typer.Option(
+        "--per-task", help="Per task, keep every selected trial (all), or one: the highest reward then "
+        "shortest (best), the fewest turns (shortest), the earliest started (first).")] = PerTask.all,
+    episodes: Annotated[Episodes, typer.Option(
+        "--episodes", help="Every episode of the trials (all), or the last of each main trajectory, "
+        "as `harbor traces export --episodes last` (last).")] = Episodes.all,
     force: Force = False,
 ) -> None:
     """Write a Hub-shaped dataset: README.md + data/*.parquet.
@@ -42,21 +79,49 @@ def hub(
     By run (or, without --run and --source, every run), each episode once, under the union of
     the schemas of the shards it came from.
 
+    --task, --label, --model, --agent, --solved, --where, --per-task and --episodes narrow
+    either to a dataset built by query; README.md says what was selected, from which runs,
+    sources and loads, and by which command.
+
     Examples:
 
     \b
       warehouse export hub out/sample --source sample
-      warehouse export hub out/one-run --run 9f8c2915-4688-461a-8cba-3901225a1cb2
-      warehouse export hub out/all --force
+      warehouse export hub out/one-run --run 9f8c2915 --force
+      warehouse export hub out/sft --solved --per-task shortest --episodes last
     """
     engine = state(ctx).read_engine()
     from warehouse.export import export_hub  # pyarrow: imported by the commands that use it
+    from warehouse.filters import Filters
+    from warehouse.selection import Pick
 
-    info = export_hub(engine, out, runs=run, sources=source, force=force)
+    filters = Filters.of(run=run, task=task, model=model, agent=agent, label=label)
+    pick = Pick(solved=solved, threshold=threshold, where=where, per_task=per_task.value, episodes=episodes.value)
+    info = export_hub(engine, out, filters, sources=source, pick=pick, command=_command_line(), force=force)
     for note in info.notes:
         typer.echo(f"warning: {note}", err=True)
     _say_replaced(out, info.replaced)
     typer.echo(f"wrote {out}: {info.n_rows} rows in {len(info.files)} files under data/", err=True)
+
+
+def _command_line() -> list[str]:
+    """This command as typed, for the dataset card, with the password of a --db URL hidden."""
+    from warehouse.db.engine import redact
+
+    def shown(db: str) -> str:
+        return db if "://" not in db or db.startswith("sqlite") else redact(db)  # a file: as typed
+
+    args = ["warehouse"]
+    hide = False
+    for arg in sys.argv[1:]:
+        if hide:
+            arg, hide = shown(arg), False
+        elif arg == "--db":
+            hide = True
+        elif arg.startswith("--db="):
+            arg = "--db=" + shown(arg.removeprefix("--db="))
+        args.append(arg)
+    return args
 
 
 @app.command()

@@ -1,0 +1,147 @@
+"""`Pick`: which trials and episodes a dataset built by query holds (`warehouse export hub` with
+--solved/--unsolved, --where, --per-task and --episodes, beside the filters), as one SQL
+statement over `trial_summary` and `episodes` that yields episode ids.
+
+Meanings:
+- A trial is SOLVED when its reward is at least the threshold (default 1.0); a trial without a
+  reward is unsolved: the canned queries' meaning (warehouse.queries.catalog).
+- `--where` is a predicate over the columns of the `trial_summary` view, written into the
+  statement as `… FROM trial_summary WHERE (<predicate>)`. It is checked as `warehouse sql`
+  checks a query (warehouse.readonly: PostgreSQL's grammar and function denylist, SQLite's
+  authorizer), and must be one expression: text that closes the parenthesis it sits in (to
+  reach the statement around it) or adds a statement is refused. It takes no parameters: a
+  colon in it is a colon.
+- `--per-task` picks among the trials the filters, --solved and --where kept: `all` keeps them
+  all; `best` the highest reward, then the shortest; `shortest` the fewest turns (the
+  `lengths` query's measure, `trial_lengths.turns`), then the fewest characters; `first` the
+  earliest started. Remaining ties go to the smallest trial name, then run key (byte order on
+  both backends). Only trials with an episode to write are candidates, and trials whose task is
+  unknown have no task to be picked for, so a pick other than `all` leaves them out.
+- `--episodes all` writes every episode of the trials (subagent and step episodes included);
+  `last` only the last episode of each main trajectory (`main`, or each step's `step:<name>` in
+  a multi-step trial), the rows `harbor traces export --episodes last` writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.engine import URL
+
+from warehouse.errors import WarehouseError
+
+PER_TASK = ("all", "best", "shortest", "first")
+EPISODES = ("all", "last")
+
+# The trial_summary columns a pick reads; the --where predicate sees every column of the view.
+_SUMMARY_COLUMNS = "trial_id, run_key, task, trial_name, agent, model, reward, started_at"
+
+# The last episode of each main trajectory: a main or step trace source (subagents' are
+# "summarization-…" or "step:<name>/…") with no later episode.
+_LAST_EPISODE = (
+    "(e.trace_source = 'main' OR (e.trace_source LIKE 'step:%' AND e.trace_source NOT LIKE '%/%')) "
+    "AND NOT EXISTS (SELECT 1 FROM episodes later WHERE later.trial_id = e.trial_id "
+    "AND later.trace_source = e.trace_source AND later.episode_index > e.episode_index)"
+)
+
+
+@dataclass(frozen=True)
+class Pick:
+    solved: bool | None = None  # True: solved trials only; False: unsolved only; None: both
+    threshold: float = 1.0
+    where: str | None = None
+    per_task: str = "all"
+    episodes: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.per_task not in PER_TASK:
+            raise WarehouseError(f"--per-task is one of {', '.join(PER_TASK)}, not {self.per_task!r}")
+        if self.episodes not in EPISODES:
+            raise WarehouseError(f"--episodes is one of {', '.join(EPISODES)}, not {self.episodes!r}")
+        if self.where is not None and not self.where.strip():
+            raise WarehouseError("--where is empty: give a predicate over trial_summary, or leave it out")
+
+    def __bool__(self) -> bool:
+        """Whether it narrows anything."""
+        return (self.solved is not None or self.where is not None or self.per_task != "all"
+                or self.episodes != "all")
+
+    def describe(self) -> list[str]:
+        """What it keeps, one line each, for the dataset card."""
+        lines = []
+        if self.solved is not None:
+            op = ">=" if self.solved else "< (or no reward)"
+            lines.append(f"{'solved' if self.solved else 'unsolved'} trials: reward {op} {self.threshold:g}")
+        if self.where is not None:
+            lines.append(f"where: `{self.where}`")
+        lines.append(f"per task: {self.per_task}")
+        lines.append(f"episodes: {self.episodes}")
+        return lines
+
+
+def episode_ids_sql(dialect: str, pick: Pick, filters: tuple[str, Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """One statement yielding the `episode_id` of every episode the pick keeps, and its binds.
+    `filters` is a predicate over `s.run_id`, `s.task`, `s.model`, `s.agent` (the shape of
+    warehouse.filters.Filters.sql) and its binds."""
+    predicate, binds = filters
+    binds = {**binds, **({} if pick.solved is None else {"pick_threshold": pick.threshold})}
+    where = "1=1" if pick.where is None else _colons(pick.where)
+    solved = {True: "s.reward >= :pick_threshold",
+              False: "(s.reward IS NULL OR s.reward < :pick_threshold)",
+              None: "1=1"}[pick.solved]
+    episodes = _LAST_EPISODE if pick.episodes == "last" else "1=1"
+    # The predicate sees trial_summary alone; the filters name s.run_id etc., one level out.
+    summary = (f"SELECT s.*, tr.run_id AS run_id FROM (SELECT {_SUMMARY_COLUMNS} FROM trial_summary "
+               f"WHERE ({where})) s JOIN trials tr ON tr.id = s.trial_id")
+    candidates = (f"SELECT s.*, l.turns, l.chars FROM ({summary}) s "
+                  f"LEFT JOIN trial_lengths l ON l.trial_id = s.trial_id "
+                  f"WHERE ({predicate}) AND {solved} "
+                  f"AND EXISTS (SELECT 1 FROM episodes e WHERE e.trial_id = s.trial_id AND {episodes})")
+    if pick.per_task == "all":
+        kept = f"SELECT c.trial_id FROM ({candidates}) c"
+    else:
+        by_name = ' COLLATE "C"' if dialect == "postgresql" else ""  # byte order, as SQLite's BINARY
+        ties = f"c.trial_name{by_name}, c.run_key{by_name}"
+        shortest = "(c.turns IS NULL), c.turns, (c.chars IS NULL), c.chars"
+        order = {
+            "best": f"(c.reward IS NULL), c.reward DESC, {shortest}, {ties}",
+            "shortest": f"{shortest}, {ties}",
+            "first": f"(c.started_at IS NULL), c.started_at, {ties}",
+        }[pick.per_task]
+        kept = (f"SELECT trial_id FROM (SELECT c.trial_id, row_number() OVER (PARTITION BY c.task ORDER BY {order}) "
+                f"AS pick FROM ({candidates}) c WHERE c.task IS NOT NULL) ranked WHERE pick = 1")
+    sql = f"SELECT e.id AS episode_id FROM episodes e WHERE e.trial_id IN ({kept}) AND {episodes}"
+    return sql, binds
+
+
+def _colons(predicate: str) -> str:
+    """The predicate as SQLAlchemy text() without parameters: every colon a colon (`\\:`), so that
+    it can name none of the statement's binds."""
+    return predicate.replace(":", "\\:")
+
+
+def check_where(url: URL, pick: Pick, sql: str, binds: Mapping[str, Any]) -> None:
+    """Refuse a --where that `warehouse sql` would refuse inside the whole statement, or that is
+    not one expression. Both checks read the statement as the backend's own grammar does: the
+    whole statement, with the predicate in its parentheses, must be one harmless query; and the
+    predicate bare (`… WHERE <predicate>`) must parse too, which it cannot when it closes a
+    parenthesis it did not open (nor, wrapped, when it leaves one open or comments out what
+    follows). EXPLAIN plans each without reading any rows."""
+    if pick.where is None:
+        return
+    from warehouse.readonly import readonly_session  # its import is only needed here
+
+    bare = f"SELECT trial_id FROM trial_summary WHERE {_colons(pick.where)}"
+    with readonly_session(url) as session:
+        try:
+            session.fetch(f"EXPLAIN {sql}", binds, max_rows=None)
+        except WarehouseError as exc:
+            raise WarehouseError(f"--where: {exc}") from None
+        try:
+            session.fetch(f"EXPLAIN {bare}", {}, max_rows=None)
+        except WarehouseError:
+            raise WarehouseError("--where must be one predicate over trial_summary's columns: this one "
+                                 "closes a parenthesis it did not open") from None
