@@ -231,7 +231,10 @@ def test_a_checkpoint_of_a_labelled_sweep(engine, db_url, tmp_path):
     assert rows and {row["run_id"] for row in rows} == {generated.runs[2]}
     assert len({row["task"] for row in rows}) == len(rows)
     card = (out / "README.md").read_text()
-    assert f"| {generated.runs[2]} |  | step=300 | {len(rows)} |" in card and "- labels: `step=300`" in card
+    with engine.connect() as conn:  # a Hub run is named after its dataset (and key, where it has several)
+        name = conn.execute(text("SELECT name FROM runs WHERE run_key = :k"), {"k": generated.runs[2]}).scalar_one()
+    assert name.startswith("sweep")
+    assert f"| {generated.runs[2]} | {name} | step=300 | {len(rows)} |" in card and "- labels: `step=300`" in card
     assert all(key not in card for key in generated.runs if key != generated.runs[2])
 
 
