@@ -135,6 +135,9 @@ class Warehouse:
 
     def close(self) -> None:
         """Close this object's connections (it can still be used: they open again when needed)."""
+        from warehouse.readonly import release
+
+        release(self.url)
         for engine in (self._read_engine, self._write_engine):
             if engine is not None:
                 engine.dispose()
@@ -278,20 +281,8 @@ def _filters(*, run: Any, task: Any, model: Any, agent: Any, label: Any) -> Filt
     if all(value is None for value in (run, task, model, agent, label)):
         return None
     from warehouse.filters import Filters
-    from warehouse.runs import parse_label
 
-    if isinstance(label, Mapping):
-        labels = tuple((str(k), str(v)) for k, v in label.items())
-    else:
-        labels = tuple(parse_label(item) for item in _many(label))
-    return Filters(runs=_many(run), tasks=_many(task), models=_many(model), agents=_many(agent), labels=labels)
-
-
-def _many(value: Any) -> tuple:
-    """One value or several, as a tuple (a string is one value)."""
-    if value is None:
-        return ()
-    return (value,) if isinstance(value, str) else tuple(value)
+    return Filters.of(run=run, task=task, model=model, agent=agent, label=label)
 
 
 @contextmanager

@@ -127,7 +127,7 @@ def _duration(seconds: float | None) -> str:
 
 def _width(out: IO[str]) -> int:
     try:
-        return os.get_terminal_size(out.fileno()).columns
+        return os.get_terminal_size(out.fileno()).columns or 80  # 0: a terminal that never said
     except (OSError, ValueError, AttributeError):
         return 80
 

@@ -13,7 +13,7 @@ from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import Format, FormatOption, write_rows
 from warehouse.errors import WarehouseError
-from warehouse.queries import QUERIES, CannedQuery, IntList, Param, run_canned
+from warehouse.queries import QUERIES, CannedQuery, IntList, Param
 from warehouse.readonly import DEFAULT_TIMEOUT
 
 query_app = typer.Typer(no_args_is_help=True, help="Canned cross-run queries: `warehouse query list` shows them.")
@@ -56,8 +56,7 @@ def _register(query: CannedQuery) -> None:
             query.values(values)  # a value the option's type lets through but the query refuses
         except WarehouseError as exc:
             raise typer.BadParameter(str(exc)) from None
-        engine = state(ctx).read_engine()
-        result = run_canned(engine.url, query, values, timeout=timeout)
+        result = state(ctx).warehouse.query(query.name, timeout=timeout, **values)
         write_rows(result.columns, result.rows, format)
 
     command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]

@@ -31,8 +31,7 @@ def search(
     A turn that later episodes of the same trial repeat is listed once, at the first episode holding it. `warehouse index build` makes searches of 3+ characters faster; the hits are the same with or without it."""
     if not text:
         raise typer.BadParameter("must not be empty", param_hint="TEXT")
-    engine = state(ctx).read_engine()
-    result = search_lib.search(engine.url, text, run=run, task=task, role=role, limit=limit, timeout=timeout)
+    result = state(ctx).warehouse.search(text, run=run, task=task, role=role, limit=limit, timeout=timeout)
     if result.note:
         typer.echo(f"note: {result.note}", err=True)
     write_rows(result.columns, result.rows, fmt)

@@ -32,7 +32,6 @@ def show(
     By default the episode is the longest of the main trace (the whole trajectory: exported episodes are prefixes of one another)."""
     if episode is not None and all_episodes:
         raise typer.BadParameter("give --episode or --all, not both", param_hint="--episode")
-    engine = state(ctx).read_engine()
-    trajectory = show_lib.load_trajectory(engine, trial, episode=episode, all_episodes=all_episodes)
+    trajectory = state(ctx).warehouse.show(trial, episode=episode, all_episodes=all_episodes)
     out = show_lib.to_json(trajectory) + "\n" if fmt is ShowFormat.json else show_lib.to_text(trajectory)
     sys.stdout.write(out)
