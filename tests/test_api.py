@@ -356,3 +356,21 @@ def test_import_warehouse_stays_cheap():
     assert done.stdout.splitlines() == ["[]", "warehouse.api"]
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         warehouse.nope  # noqa: B018
+
+
+def test_the_readme_example_runs(tmp_path):
+    """README's "Python API" example, as written, in a folder holding examples/sample."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    example = readme.split("## Python API", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    shutil.copytree(SAMPLE, tmp_path / "examples" / "sample")
+    env = {k: v for k, v in os.environ.items() if k != "WAREHOUSE_DB"}
+    done = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=180, env={**env, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == f"1 {SAMPLE_EPISODES} warehouse.db"
+    assert lines[1].startswith("['model', 'trials', 'successes', 'pass_rate'")
+    with warehouse.open(tmp_path / "warehouse.db") as wh:
+        expected = wh.sql("SELECT r.run_key, count(*) FROM trials t JOIN runs r ON r.id = t.run_id "
+                          "WHERE t.reward >= 1 GROUP BY r.run_key ORDER BY 1").rows
+    assert lines[2:] == [f"{run_key} {n}" for run_key, n in expected]

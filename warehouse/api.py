@@ -112,7 +112,7 @@ class IngestError(WarehouseError):
         self.report = report
 
 
-@dataclass
+@dataclass(eq=False)  # one object per opened database: compared by identity
 class Warehouse:
     """One warehouse database; see the module docstring. Use it as a context manager, or call
     close(), to let go of its connections."""
