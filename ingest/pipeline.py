@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from ingest import trace_pipeline, writer
+from ingest import trace_pipeline, traces, writer
 from ingest.prepare import Batch
 from ingest.report import IngestStopped, Progress, Summary, fail, is_fatal, one_unit, relative_unit
 from ingest.sources import Source, card_labels, resolve
@@ -49,33 +49,58 @@ def ingest(
     progress = progress or Progress()
     summary = Summary()
     started = time.perf_counter()
-    with Reader() as reader:
-        for spec in specs:
-            try:
-                source = resolve(spec)
-            except WarehouseError as exc:
-                fail(summary, str(exc), warn)
-                continue
-            try:
-                if source.kind == "traces":
-                    source_id = trace_pipeline.ingest_traces(engine, source, run, summary, progress, warn)
-                    default_name = None  # a trace run is named for its job folder (or trial's folder)
-                else:
-                    source_id = _ingest_parquet(engine, reader, source, run, keep_going, summary, progress, warn)
-                    default_name = source.name
-                if source_id is not None:
-                    writer.name_source_runs(engine, source_id, run or default_name, rename=run is not None,
-                                            labels=labels, source_labels=card_labels(source.card))
-            except IngestStopped:  # a full disk, a lost connection: reported by one_unit
-                break
-            except Exception as exc:  # the same between units (the ledger asked, a source recorded)
-                if (stop := interruption(exc)) is not None:
-                    raise stop from None
-                if is_fatal(summary, warn, source.root, exc):
+    plans = [_plan(spec) for spec in specs]
+    # The totals the progress counts against, known before the first unit: every shard (bytes:
+    # its file's size) and every trial directory (no bytes: its files are listed as it is read).
+    shards = [shard for source, _ in plans if isinstance(source, Source) for shard in source.shards]
+    trials = sum(unit.kind == "trial" for source, units in plans
+                 if isinstance(source, Source) and source.kind == "traces" for unit in units)
+    progress.plan(len(shards) + trials, sum(map(_file_size, shards)))
+    try:
+        with Reader() as reader:
+            for source, units in plans:
+                if isinstance(source, WarehouseError):
+                    fail(summary, str(source), warn)
+                    continue
+                try:
+                    if source.kind == "traces":
+                        source_id = trace_pipeline.ingest_traces(engine, source, units, run, summary, progress, warn)
+                        default_name = None  # a trace run is named for its job folder (or trial's folder)
+                    else:
+                        source_id = _ingest_parquet(engine, reader, source, run, keep_going, summary, progress, warn)
+                        default_name = source.name
+                    if source_id is not None:
+                        writer.name_source_runs(engine, source_id, run or default_name, rename=run is not None,
+                                                labels=labels, source_labels=card_labels(source.card))
+                except IngestStopped:  # a full disk, a lost connection: reported by one_unit
                     break
-                raise
+                except Exception as exc:  # the same between units (the ledger asked, a source recorded)
+                    if (stop := interruption(exc)) is not None:
+                        raise stop from None
+                    if is_fatal(summary, warn, source.root, exc):
+                        break
+                    raise
+    finally:
+        progress.close()
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _plan(spec: str) -> tuple[Source | WarehouseError, list[traces.TraceUnit]]:
+    """A source and, for trace directories, what was found under it; or why the spec names no
+    source, reported when its turn comes (in the order the specs were given)."""
+    try:
+        source = resolve(spec)
+    except WarehouseError as exc:
+        return exc, []
+    return source, list(traces.discover(source.root)) if source.kind == "traces" else []
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # reported when the shard is hashed
+        return 0
 
 
 def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, summary: Summary, progress,
@@ -89,6 +114,7 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
     if new_source:
         _import_pyarrow()  # before the reader is forked: the two processes then share its pages
     for shard in source.shards:
+        progress.unit(source.name, shard.name, _file_size(shard))
         batches = reader.run(_prepared_batches, shard, source.name, run) if new_source else None
         try:
             content_hash = file_hash(shard)
@@ -102,20 +128,18 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
         hub = _import_pyarrow()
 
         with one_unit(summary, warn, shard, lambda exc: _shard_error(hub, shard, exc)):
-            try:
-                pf, info = hub.open_shard(shard)
-                progress.start(shard.name, info.n_rows)
-                with writer.unit(engine, source_id, unit_name, content_hash, hub.schema_json(info.schema)) as unit:
-                    for batch in batches or reader.run(_prepared_batches, shard, source.name, run):
-                        if batch.rejected and not keep_going:
-                            first = batch.rejected[0]
-                            raise hub.ShardError(f"{first.where}: {first.reason}")
-                        unit.add_batch(batch, {run_key: run_key})
-                        summary.bytes_read += batch.n_bytes
-                        progress.advance(len(batch.trials) + len(batch.rejected), batch.n_bytes)
-                summary.add(unit.counts)
-            finally:
-                progress.finish()
+            pf, info = hub.open_shard(shard)
+            done = 0
+            with writer.unit(engine, source_id, unit_name, content_hash, hub.schema_json(info.schema)) as unit:
+                for batch in batches or reader.run(_prepared_batches, shard, source.name, run):
+                    if batch.rejected and not keep_going:
+                        first = batch.rejected[0]
+                        raise hub.ShardError(f"{first.where}: {first.reason}")
+                    unit.add_batch(batch, {run_key: run_key})
+                    summary.bytes_read += batch.n_bytes
+                    done += len(batch.trials) + len(batch.rejected)
+                    progress.rows(done, info.n_rows)
+            summary.add(unit.counts)
     return source_id
 
 

@@ -31,6 +31,7 @@ class Summary:
     seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    database: str | None = None  # where it went, as it may be shown (warehouse.db.engine.redact)
 
     def add(self, counts: writer.UnitCounts) -> None:
         self.units_loaded += 1
@@ -55,15 +56,21 @@ class Summary:
             f"trials: {self.trials} in loaded units ({self.trials_incomplete} incomplete); "
             f"turns written: {self.turns}; {self.seconds:.1f}s",
         ]
+        if self.database is not None:
+            out.append(f"database: {self.database}")
         return out
 
 
 class Progress:
-    """What the pipeline reports as it goes; the CLI draws it, tests ignore it."""
+    """What the pipeline reports as it goes, over the whole ingest; the CLI draws it, tests
+    ignore it. `plan` comes once, before the first unit; each unit then begins with `unit` (which
+    also ends the one before it, however that one ended: loaded, skipped or failed), and a shard
+    being written reports its rows with `rows`; `close` ends the last unit and the ingest."""
 
-    def start(self, label: str, total_rows: int) -> None: ...
-    def advance(self, rows: int, nbytes: int) -> None: ...
-    def finish(self) -> None: ...
+    def plan(self, units: int, nbytes: int) -> None: ...
+    def unit(self, source: str, name: str, nbytes: int) -> None: ...
+    def rows(self, done: int, total: int) -> None: ...
+    def close(self) -> None: ...
 
 
 def fail(summary: Summary, message: str, warn: Callable[[str], None]) -> None:

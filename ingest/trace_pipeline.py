@@ -15,10 +15,10 @@ NOTHING_TO_LOAD = ("nothing to load: no Parquet files (*.parquet, or a Hub snaps
                    "Harbor trial directories (a result.json, config.json, agent/ or steps/) under it")
 
 
-def ingest_traces(engine, source: Source, run: str | None, summary: Summary, progress: Progress,
-                  warn) -> int | None:
-    """Load every trial directory under the source; its source id (None if it recorded none)."""
-    units = list(traces.discover(source.root))
+def ingest_traces(engine, source: Source, units: list[traces.TraceUnit], run: str | None, summary: Summary,
+                  progress: Progress, warn) -> int | None:
+    """Load the trial directories `traces.discover` found under the source (`units`); the source's
+    id (None if it recorded none)."""
     if not units:  # a mistyped folder is an error, and leaves no trace in the warehouse
         fail(summary, f"{source.root}: {NOTHING_TO_LOAD}", warn)
         return None
@@ -29,14 +29,11 @@ def ingest_traces(engine, source: Source, run: str | None, summary: Summary, pro
     if not trials:
         return None
     source_id = writer.ensure_source(engine, source.kind, source.uri, source.name)
-    progress.start(source.name, len(trials))
     jobs_seen: set[Path] = set()
-    try:
-        for unit in trials:
-            _ingest_trial(engine, source, source_id, unit, run, summary, warn, jobs_seen)
-            progress.advance(1, 0)
-    finally:
-        progress.finish()
+    for unit in trials:
+        name = relative_unit(unit.path, source.root)
+        progress.unit(source.name, "" if name == "." else name, 0)  # (a source that is one trial)
+        _ingest_trial(engine, source, source_id, unit, run, summary, warn, jobs_seen)
     return source_id
 
 

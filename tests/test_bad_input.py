@@ -41,7 +41,7 @@ CASE_SHARD = "train-00000-of-00002.parquet"
 SIBLING_SHARD = "train-00001-of-00002.parquet"
 JOB = "corpus-job"  # the trace source: sibling and bad trial side by side
 SIBLING_TRIAL = "ok__sibling"
-STDERR_PREFIXES = ("Error: ", "warning: ", "units: ", "episodes: ", "trials: ")
+STDERR_PREFIXES = ("Error: ", "warning: ", "units: ", "episodes: ", "trials: ", "database: ")
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 # As root, chmod 000 stops nothing; dropping the capabilities that bypass file permissions
 # (for the ingest process only) makes an unreadable file unreadable for root too.

@@ -386,6 +386,20 @@ def _engine(key: tuple, make: Callable[[], Engine]) -> Engine:
     return engine
 
 
+def release(url: URL) -> None:
+    """Close the engines kept for this database (warehouse.api's close: a SQLite reader's
+    connections hold the file, and its -wal/-shm, open until then)."""
+    if url.get_backend_name() == "sqlite":
+        def ours(key: tuple) -> bool:
+            return key[0] == "sqlite" and key[1] == str(sqlite_path(url))
+    else:
+        def ours(key: tuple) -> bool:
+            return key == ("postgresql", url.render_as_string(hide_password=False))
+    with _engines_lock:
+        for key in [key for key in _engines if ours(key)]:
+            _engines.pop(key).dispose()
+
+
 def _sqlite_engine(path: Path) -> Engine:
     stat = path.stat()
     return _engine(("sqlite", str(path), stat.st_dev, stat.st_ino),

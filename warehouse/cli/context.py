@@ -1,5 +1,6 @@
-"""What every command gets from the global options: the database, opened for reading or for
-writing. Only ingest, db upgrade|downgrade and index build|drop take the writing engine."""
+"""What every command gets from the global options: the database, as a warehouse.api.Warehouse
+(opened for reading or for writing when first used). Only ingest, db upgrade|downgrade and index
+build|drop take the writing engine."""
 
 from __future__ import annotations
 
@@ -9,40 +10,37 @@ import typer
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
-from warehouse.db import schema
-from warehouse.db.engine import make_engine, make_read_engine, resolve_url
+from warehouse.api import Warehouse
 
 
 @dataclass
 class State:
     db: str | None = None
-    _engine: Engine | None = field(default=None, repr=False)
-    _read_engine: Engine | None = field(default=None, repr=False)
+    _warehouse: Warehouse | None = field(default=None, repr=False)
+
+    @property
+    def warehouse(self) -> Warehouse:
+        if self._warehouse is None:
+            self._warehouse = Warehouse(self.db)
+        return self._warehouse
 
     @property
     def url(self) -> URL:
-        return resolve_url(self.db)
+        return self.warehouse.url
 
     @property
     def engine(self) -> Engine:
         """The writing engine, schema unchecked (what `db upgrade|downgrade` work on)."""
-        if self._engine is None:
-            self._engine = make_engine(self.url)
-        return self._engine
+        return self.warehouse.engine
 
     def write_engine(self, *, create: bool = False) -> Engine:
         """The writing engine, after checking the schema is the one this tool knows."""
-        schema.ensure_current(self.engine, create=create)
-        return self.engine
+        return self.warehouse.write_engine(create=create)
 
     def read_engine(self, *, check_schema: bool = True) -> Engine:
         """The engine that cannot write (see make_read_engine), after checking the schema unless
         told not to."""
-        if self._read_engine is None:
-            self._read_engine = make_read_engine(self.url)
-        if check_schema:
-            schema.ensure_current(self._read_engine)
-        return self._read_engine
+        return self.warehouse.read_engine(check_schema=check_schema)
 
 
 def state(ctx: typer.Context) -> State:

@@ -2,54 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
-import time
 from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-from rich.progress import Progress as RichProgress
 
-from ingest.pipeline import Progress, ingest as run_ingest
+from warehouse.api import IngestError
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import echo_err
+from warehouse.cli.progress import ProgressLine
 from warehouse.errors import interruption
 from warehouse.runs import parse_labels
-
-stderr = Console(stderr=True)
-
-
-class BarProgress(Progress):
-    """Rows and MB/s of the unit being loaded, on stderr, only when stderr is a terminal."""
-
-    def __init__(self) -> None:
-        self._bar = RichProgress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rows"),
-            TextColumn("{task.fields[mbps]:.1f} MB/s"), TimeElapsedColumn(),
-            console=stderr, transient=True, disable=not sys.stderr.isatty(),
-        )
-        self._task = None
-
-    def start(self, label: str, total_rows: int) -> None:
-        self._bar.start()
-        self._t0, self._bytes = time.perf_counter(), 0
-        self._task = self._bar.add_task(label, total=total_rows, mbps=0.0)
-
-    def advance(self, rows: int, nbytes: int) -> None:
-        self._bytes += nbytes
-        mbps = self._bytes / 1e6 / max(time.perf_counter() - self._t0, 1e-6)
-        self._bar.update(self._task, advance=rows, mbps=mbps)
-
-    def finish(self) -> None:
-        if self._task is not None:
-            self._bar.remove_task(self._task)
-            self._task = None
-        self._bar.stop()
 
 
 class Interrupted(KeyboardInterrupt):
@@ -101,20 +67,25 @@ def ingest(
 
     \b
       warehouse ingest examples/sample
-      warehouse ingest examples/sample/data/train-00000-of-00001.parquet --run sample-again
+      warehouse ingest examples/sample --run baseline --label step=100
       warehouse --db team.db ingest examples/sample --keep-going
     """
-    # Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
-    # system allocator returns them, which keeps this process's memory flat. Arrow reads this
-    # when it first allocates (it is imported only once a shard needs reading).
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    bar = ProgressLine(sys.stderr) if sys.stderr.isatty() else None
+
+    def warn(message: str) -> None:
+        if bar is not None:
+            bar.clear()  # the line is drawn again at the next step
+        echo_err(f"Error: {message}")
+
+    wh = state(ctx).warehouse
+    failed = False
     try:
         with _sigterm_interrupts():
             labels = parse_labels(label or ())  # a bad label before anything is written
-            engine = state(ctx).write_engine(create=True)
-            summary = run_ingest(engine, sources, run=run, labels=labels, keep_going=keep_going,
-                                 progress=BarProgress(),
-                                 warn=lambda msg: echo_err(f"Error: {msg}"))
+            try:
+                summary = wh.ingest(sources, run=run, label=labels, keep_going=keep_going, progress=bar, warn=warn)
+            except IngestError as exc:  # each failure was reported as it happened
+                summary, failed = exc.report, True
     except (KeyboardInterrupt, Exception) as exc:  # (by now the reader process is stopped and reaped)
         stop = interruption(exc)
         if stop is None:
@@ -128,5 +99,5 @@ def ingest(
         typer.echo(f"warning: … and {len(summary.notes) - 50} more (see the conflicts table)", err=True)
     for line in summary.lines():
         echo_err(line)
-    if summary.errors and not keep_going:
+    if failed:
         raise typer.Exit(1)

@@ -14,7 +14,7 @@ from warehouse.cli.context import state
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
-from warehouse.queries import QUERIES, CannedQuery, IntList, Param, run_canned
+from warehouse.queries import QUERIES, CannedQuery, IntList, Param
 from warehouse.readonly import DEFAULT_TIMEOUT
 
 query_app = typer.Typer(no_args_is_help=True, help="""Canned cross-run queries: `warehouse query list` shows them.
@@ -135,12 +135,12 @@ def _register(query: CannedQuery) -> None:
             filters = Filters.of(**narrowed)
         except WarehouseError as exc:
             raise typer.BadParameter(str(exc)) from None
-        engine = state(ctx).read_engine()
-        result = run_canned(engine.url, query, values, filters=filters, timeout=timeout)
+        wh = state(ctx).warehouse
+        result = wh.query(query.name, timeout=timeout, **narrowed, **values)
         write_rows(result.columns, result.rows, format, wide=wide)
         if query.footnote is not None and format is Format.table:
             # On stderr, so that it reaches the reader however stdout is redirected.
-            echo_err(query.footnote(engine.url, values, filters, timeout))
+            echo_err(query.footnote(wh.read_engine().url, values, filters, timeout))
 
     command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),

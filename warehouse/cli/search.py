@@ -42,8 +42,7 @@ def search(
     """
     if not text:
         raise typer.BadParameter("must not be empty", param_hint="TEXT")
-    engine = state(ctx).read_engine()
-    result = search_lib.search(engine.url, text, run=run, task=task, role=role, limit=limit, timeout=timeout)
+    result = state(ctx).warehouse.search(text, run=run, task=task, role=role, limit=limit, timeout=timeout)
     if result.note:
         typer.echo(f"note: {result.note}", err=True)
     write_rows(result.columns, result.rows, fmt, wide=wide)

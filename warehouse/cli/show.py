@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from warehouse import show as show_lib
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 
@@ -41,7 +40,8 @@ def show(
     """
     if episode is not None and all_episodes:
         raise typer.BadParameter("give --episode or --all, not both", param_hint="--episode")
-    engine = state(ctx).read_engine()
-    trajectory = show_lib.load_trajectory(engine, trial, episode=episode, all_episodes=all_episodes)
+    from warehouse import show as show_lib  # the ORM models: imported by this command only
+
+    trajectory = state(ctx).warehouse.show(trial, episode=episode, all_episodes=all_episodes)
     out = show_lib.to_json(trajectory) + "\n" if fmt is ShowFormat.json else show_lib.to_text(trajectory)
     sys.stdout.write(out)

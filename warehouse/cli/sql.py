@@ -15,8 +15,7 @@ from warehouse.cli.context import state
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
-from warehouse.readonly import (DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, check_timeout, stream_readonly,
-                                too_long)
+from warehouse.readonly import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, check_timeout, too_long
 
 DEFAULT_MAX_CELL_BYTES = 10_000_000
 # A table shows a value over the cell limit cut; values up to this many times the limit are read
@@ -93,10 +92,9 @@ def sql(
     """
     text = sys.stdin.read() if query == "-" else query
     _watchdog(timeout)
-    engine = state(ctx).read_engine()
     read_limit = max_cell_bytes * (TABLE_READ_FACTOR if fmt is Format.table else 1)
-    with stream_readonly(engine.url, text, dict(param or []), timeout=timeout, max_rows=max_rows,
-                         max_value_bytes=read_limit) as rows:
+    with state(ctx).warehouse.sql_stream(text, dict(param or []), timeout=timeout, max_rows=max_rows,
+                                         max_value_bytes=read_limit) as rows:
         write_rows(rows.columns, rows, fmt, max_cell_bytes=max_cell_bytes, wide=wide)
         sys.stdout.flush()  # inside the time limit
     if rows.truncated:

@@ -1,0 +1,305 @@
+"""The Python API: what the CLI does, for a program or a notebook.
+
+    import warehouse
+
+    with warehouse.open("warehouse.db") as wh:          # a path or a URL, as --db takes
+        wh.ingest(["examples/sample"])
+        rates = wh.query("pass-rate", by="model")         # a canned query, its options by name
+        rates.to_pandas()
+        wh.sql("SELECT count(*) AS n FROM trials WHERE reward >= :r", r=1.0).rows
+
+Reads go through the read-only path every read command takes (warehouse.readonly: a connection
+that cannot write, the schema checked first) and leave the database as they found them; only
+`ingest` writes. Opening connects to nothing: a missing SQLite file is not created by a read
+(which raises the no-warehouse error), and `ingest` creates it. Errors a user can act on are
+WarehouseErrors with one-line messages, as the CLI prints them.
+
+Heavy modules (the ingest pipeline, pyarrow, pandas, the ORM models) are imported by the
+methods that need them: `import warehouse` stays cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from warehouse.db.engine import make_engine, make_read_engine, redact, resolve_url
+from warehouse.errors import WarehouseError, first_line, interruption
+from warehouse.readonly import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT
+
+if TYPE_CHECKING:
+    import pandas
+    import pyarrow
+
+    from ingest.report import Progress, Summary
+    from warehouse.filters import Filters
+    from warehouse.readonly import RowStream
+
+__all__ = ["IngestError", "Result", "Warehouse", "open"]
+
+
+def open(db: str | os.PathLike[str] | None = None) -> Warehouse:  # noqa: A001 (warehouse.open, as sqlite3.connect)
+    """The warehouse at `db`: a SQLAlchemy URL or a SQLite file path, else $WAREHOUSE_DB, else
+    ./warehouse.db (the rules of --db). Nothing is opened yet: a URL that is refused raises now,
+    a database that is missing or unreachable when first used."""
+    return Warehouse(db)
+
+
+@dataclass
+class Result:
+    """The rows of one answer, in memory. `truncated`: more rows existed than the cap let through
+    (`sql`'s max_rows, `search`'s limit). `note`: something the answer should be read with (a
+    search index that did not cover every message)."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    truncated: bool = False
+    note: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self.rows)
+
+    def __repr__(self) -> str:
+        more = ", truncated" if self.truncated else ""
+        return f"Result(columns={self.columns!r}, {len(self.rows)} rows{more})"
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        """One dict per row, by column name (a repeated name keeps its last column)."""
+        return [dict(zip(self.columns, row)) for row in self.rows]
+
+    def to_arrow(self) -> pyarrow.Table:
+        """A pyarrow Table, each column's type inferred from its values (an int column with NULLs
+        stays int64; timestamps keep their zone). A SQLite column mixing types (SQLite allows it)
+        is refused: CAST it in the SQL."""
+        import pyarrow as pa
+
+        arrays = []
+        for i, name in enumerate(self.columns):
+            try:
+                arrays.append(pa.array([row[i] for row in self.rows]))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                raise WarehouseError(f"column {name}: its values do not make one Arrow column "
+                                     f"({first_line(exc)}); CAST it in the SQL") from None
+        return pa.Table.from_arrays(arrays, names=list(self.columns))
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """A pandas DataFrame of the rows, values as they are (pandas is optional: `pip install
+        pandas`)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise WarehouseError("to_pandas needs pandas, which is not installed: pip install pandas") from None
+        return pd.DataFrame.from_records(self.rows, columns=self.columns)
+
+
+class IngestError(WarehouseError):
+    """Units failed to load (without keep_going); `report` is the ingest's whole report, the
+    units that did load included (they are kept)."""
+
+    def __init__(self, report: Summary) -> None:
+        first = report.errors[0] if report.errors else "a unit failed"
+        more = f" (and {len(report.errors) - 1} more: see .report.errors)" if len(report.errors) > 1 else ""
+        super().__init__(f"{first}{more}")
+        self.report = report
+
+
+@dataclass(eq=False)  # one object per opened database: compared by identity
+class Warehouse:
+    """One warehouse database; see the module docstring. Use it as a context manager, or call
+    close(), to let go of its connections."""
+
+    db: str | os.PathLike[str] | None = None
+    _read_engine: Engine | None = field(default=None, init=False, repr=False)
+    _write_engine: Engine | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.url = resolve_url(None if self.db is None else os.fspath(self.db))
+
+    def __repr__(self) -> str:
+        return f"Warehouse({redact(self.url)!r})"
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close this object's connections (it can still be used: they open again when needed)."""
+        from warehouse.readonly import release
+
+        release(self.url)
+        for engine in (self._read_engine, self._write_engine):
+            if engine is not None:
+                engine.dispose()
+        self._read_engine = self._write_engine = None
+
+    # --- engines ---------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The database as it may be shown: a file's path, a URL without its password."""
+        return redact(self.url)
+
+    @property
+    def engine(self) -> Engine:
+        """The writing engine, schema unchecked (what `db upgrade|downgrade` work on). A SQLite
+        file is created when it first connects."""
+        if self._write_engine is None:
+            self._write_engine = make_engine(self.url)
+        return self._write_engine
+
+    def write_engine(self, *, create: bool = False) -> Engine:
+        """The writing engine, once the schema is the one this tool knows (`create`: an empty or
+        missing database is given it)."""
+        from warehouse.db import schema
+
+        with _errors():
+            schema.ensure_current(self.engine, create=create)
+        return self.engine
+
+    def read_engine(self, *, check_schema: bool = True) -> Engine:
+        """The engine that cannot write (warehouse.db.engine.make_read_engine), once the schema is
+        checked unless told not to. A missing SQLite file raises the no-warehouse error."""
+        from warehouse.db import schema
+
+        with _errors():
+            if self._read_engine is None:
+                self._read_engine = make_read_engine(self.url)
+            if check_schema:
+                schema.ensure_current(self._read_engine)
+        return self._read_engine
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def ingest(self, sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], /, *,
+               run: str | None = None, label: str | Iterable[str] | Mapping[str, str] | None = None,
+               keep_going: bool = False, progress: Progress | None = None,
+               warn: Callable[[str], None] | None = None) -> Summary:
+        """Load sources (what `warehouse ingest` takes: Parquet files, Hub-snapshot folders, Hub
+        ids, Harbor trace directories), idempotently, creating the warehouse if it is missing.
+
+        Returns the report (ingest.report.Summary: units loaded/skipped/failed, episodes new and
+        duplicate, conflicts, rows rejected, errors, notes). A unit that fails is written not at
+        all and the others still load; then IngestError (its `.report`) is raised, unless
+        `keep_going`, which also rejects bad rows and loads the rest of their unit. `warn` hears
+        each failure as it happens; `progress` is an ingest.report.Progress.
+
+        `run` names every run the sources' rows belong to (and is the run of rows that carry
+        none); `label` gives them labels: "key=value", several, or a dict."""
+        from ingest.pipeline import ingest
+        from warehouse.runs import parse_labels
+
+        specs = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else list(map(os.fspath, sources))
+        # Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
+        # system allocator returns them, which keeps the process's memory flat. Arrow reads this
+        # when it first allocates (it is imported only once a shard needs reading).
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+        labels = (dict(label) if isinstance(label, Mapping)
+                  else parse_labels([label] if isinstance(label, str) else label or ()))
+        engine = self.write_engine(create=True)
+        with _errors():
+            report = ingest(engine, specs, run=run, labels=labels, keep_going=keep_going, progress=progress,
+                            warn=warn or (lambda _msg: None))
+        report.database = self.name
+        if report.errors and not keep_going:
+            raise IngestError(report)
+        return report
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def query(self, name: str, /, *, run: str | Iterable[str] | None = None,
+              task: str | Iterable[str] | None = None, model: str | Iterable[str] | None = None,
+              agent: str | Iterable[str] | None = None,
+              label: str | Iterable[str] | Mapping[str, str] | None = None,
+              timeout: float = DEFAULT_TIMEOUT, **params: Any) -> Result:
+        """A canned query (`warehouse query list`), its parameters by their Python names
+        (`per_task=True`, `k=[1, 5]`, `threshold=0.5`). The filters narrow it: `run` (run keys, unique
+        prefixes or names), `task` (globs), `model`, `agent`, each one value or several; `label`
+        "key=value", several, or a dict."""
+        from warehouse.queries import QUERIES, run_canned
+
+        canned = QUERIES.get(name) or QUERIES.get(name.replace("_", "-"))
+        if canned is None:
+            raise WarehouseError(f"no canned query {name!r}: the queries are {', '.join(QUERIES)}")
+        filters = _filters(run=run, task=task, model=model, agent=agent, label=label)
+        canned.values(params)  # a parameter it has not, a value it refuses: before connecting
+        self.read_engine()
+        with _errors():
+            result = run_canned(self.url, canned, params, timeout=timeout, filters=filters)
+        return Result(result.columns, result.rows)
+
+    def sql(self, text: str, params: Mapping[str, Any] | None = None, /, *,
+            timeout: float = DEFAULT_TIMEOUT, max_rows: int | None = DEFAULT_MAX_ROWS, **binds: Any) -> Result:
+        """One read-only statement (what `warehouse sql` runs), its `:name` parameters bound from
+        `binds` (or `params`, for a name such as `timeout`), as Python values. At most `max_rows`
+        rows (None: all), `truncated` saying whether there were more."""
+        with self.sql_stream(text, params, timeout=timeout, max_rows=max_rows, **binds) as rows:
+            return Result(rows.columns, list(rows), rows.truncated)
+
+    @contextmanager
+    def sql_stream(self, text: str, params: Mapping[str, Any] | None = None, /, *,
+                   timeout: float = DEFAULT_TIMEOUT, max_rows: int | None = DEFAULT_MAX_ROWS,
+                   max_value_bytes: int | None = None, **binds: Any) -> Iterator[RowStream]:
+        """`sql`, its rows handed out as they arrive: iterate the stream (`.columns`, then
+        `.truncated` once done) inside the `with`, where the time limit covers the consuming too.
+        `max_value_bytes` caps any one value a SQLite statement may build or read."""
+        from warehouse.readonly import stream_readonly
+
+        self.read_engine()
+        with _errors(), stream_readonly(self.url, text, {**(params or {}), **binds}, timeout=timeout,
+                                        max_rows=max_rows, max_value_bytes=max_value_bytes) as rows:
+            yield rows
+
+    def search(self, text: str, /, *, run: str | None = None, task: str | None = None,
+               role: str | None = None, limit: int = 50, timeout: float = DEFAULT_TIMEOUT) -> Result:
+        """Turns and verifier output holding `text` (what `warehouse search` finds), one row per
+        turn with a snippet; at most `limit` (`truncated`: there were more)."""
+        from warehouse.search import search
+
+        self.read_engine()
+        with _errors():
+            found = search(self.url, text, run=run, task=task, role=role, limit=limit, timeout=timeout)
+        return Result(found.columns, found.rows, found.truncated, found.note)
+
+    def show(self, trial: str | int, /, *, episode: int | None = None, all_episodes: bool = False) -> dict[str, Any]:
+        """One trajectory as `warehouse show --format json` gives it (a trial name, RUN/TRIAL, or
+        a trial id): the trial's fields and its chosen episodes with their turns, texts exact."""
+        from warehouse.show import load_trajectory
+
+        if episode is not None and all_episodes:
+            raise WarehouseError("give episode or all_episodes, not both")
+        engine = self.read_engine()
+        with _errors():
+            return load_trajectory(engine, str(trial), episode=episode, all_episodes=all_episodes)
+
+
+def _filters(*, run: Any, task: Any, model: Any, agent: Any, label: Any) -> Filters | None:
+    """The filter keywords of `query` as warehouse.filters.Filters; None when none is given."""
+    if all(value is None for value in (run, task, model, agent, label)):
+        return None
+    from warehouse.filters import Filters
+
+    return Filters.of(run=run, task=task, model=model, agent=agent, label=label)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Database errors a user can act on (a server that does not answer, a file that is not a
+    database) as one-line WarehouseErrors, as the CLI reports them; a Ctrl-C behind one stays
+    a Ctrl-C."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if (stop := interruption(exc)) is not None:
+            raise stop from None
+        raise WarehouseError(f"database error: {first_line(exc.orig or exc)}") from None
