@@ -95,7 +95,8 @@ def test_opening_creates_nothing_reads_refuse_a_missing_file_and_ingest_creates_
 
 def test_query_answers_what_the_cli_prints(wh, db_url):
     per_run = wh.query("pass-at-k", k=[1, 2])
-    assert per_run.columns == ["run_key", "tasks", "min_attempts", "pass@1", "pass@2"]
+    assert per_run.columns == ["run_key", "tasks", "min_attempts", "pass@1", "pass@1_low", "pass@1_high",
+                               "pass@2", "pass@2_low", "pass@2_high"]
     assert _jsonable(per_run) == _cli_json(db_url, "query", "pass-at-k", "--k", "1,2")
     per_task = wh.query("pass_at_k", k="1,2", per_task=True)  # the name with _ too, k as the CLI writes it
     assert _jsonable(per_task) == _cli_json(db_url, "query", "pass-at-k", "--k", "1,2", "--per-task")
