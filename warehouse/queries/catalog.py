@@ -101,9 +101,9 @@ def _lengths_by_rank(columns: list[str], rows: Rows, values: Mapping[str, Any], 
             if not n:
                 out.append((run, measure, 0, None, None, None))
                 continue
-            (median, _, median_at), (p90, _, p90_at) = percentile_ranks(n, 0.5), percentile_ranks(n, 0.9)
+            (median, _, median_at), (_, p90_high_rank, p90_at) = percentile_ranks(n, 0.5), percentile_ranks(n, 0.9)
             [(median_low, median_high, p90_low, p90_high, top)] = read(
-                _LENGTH_RANKS[measure], {"run": run_id, "median": median, "p90": p90})
+                _LENGTH_RANKS[measure], {"run": run_id, "median": median, "p90_from_top": n - 1 - p90_high_rank})
             out.append((run, measure, n, _round(interpolate(median_low, median_high, median_at)),
                         _round(interpolate(p90_low, p90_high, p90_at)), top))
     return _LENGTH_COLUMNS, out
