@@ -72,10 +72,12 @@ def _register() -> None:
     # Command modules are imported here so `app` exists before they attach to it.
     from warehouse.cli import ingest as _ingest  # noqa: F401
     from warehouse.cli import query as _query  # noqa: F401
+    from warehouse.cli import runs as _runs  # noqa: F401
     from warehouse.cli import search as _search  # noqa: F401
     from warehouse.cli import show as _show  # noqa: F401
     from warehouse.cli import sql as _sql  # noqa: F401
     from warehouse.cli import export as _export  # noqa: F401
+    from warehouse.cli import report as _report  # noqa: F401
 
 
 def main() -> None:
