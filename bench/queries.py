@@ -110,10 +110,11 @@ PG_MS_TARGET = 100.0
 
 def on_postgres(sqlite_db: Path, dataset: Path, repeat: int, admin_url: str) -> list[tuple[str, str, str, str]]:
     """Every canned query on PostgreSQL against the same query on SQLite (`sqlite_db`, loaded
-    from the same `dataset`), with and without a run filter, measured right after the ingest
-    that loaded PostgreSQL; first, what its planner statistics cost that ingest."""
+    from the same `dataset`), unfiltered and narrowed to one run and to one task, measured right
+    after the ingest that loaded PostgreSQL; first, what its planner statistics cost that ingest."""
     from bench.run import _drop_postgres
     from warehouse.db.engine import resolve_url
+    from warehouse.filters import Filters
     from warehouse.queries import catalog
 
     pg, name, admin, summary = _load_postgres(dataset, admin_url)
@@ -121,14 +122,13 @@ def on_postgres(sqlite_db: Path, dataset: Path, repeat: int, admin_url: str) -> 
         results = [_statistics_row(dataset, summary)]
         lite = resolve_url(str(sqlite_db))
         run_keys = [row[0] for row in _run(lite, catalog.QUERIES["runs"], {})]
+        task = _run(lite, catalog.QUERIES["solve-matrix"], {})[0][0]
         for query in catalog.QUERIES.values():
-            cases = [("", _params(query, run_keys))]
-            filtered = filter_params(query, run_keys[0])
-            if filtered is not None:
-                cases.append((", one run", {**cases[0][1], **filtered}))
-            for label, params in cases:
-                pg_ms, lite_ms = interleaved([lambda: _run(pg, query, params), lambda: _run(lite, query, params)],
-                                             max(repeat, 15))
+            params = _params(query, run_keys)
+            for label, filters in (("", None), (", --run one", Filters(runs=(run_keys[0],))),
+                                   (", --task one", Filters(tasks=(task,)))):
+                pg_ms, lite_ms = interleaved([lambda: _run(pg, query, params, filters),
+                                              lambda: _run(lite, query, params, filters)], max(repeat, 15))
                 ratio = pg_ms / lite_ms
                 verdict = "meets" if ratio <= PG_RATIO_TARGET and pg_ms < PG_MS_TARGET else "MISSES"
                 results.append((f"query {query.name}{label} (PostgreSQL, math×5)", f"{pg_ms:.1f} ms",
@@ -166,24 +166,16 @@ def _statistics_row(dataset: Path, summary) -> tuple[str, str, str, str]:
             f"whole ingest {summary.seconds:.2f} s", f"{summary.statistics_seconds / summary.seconds:.0%} of the ingest")
 
 
-def _run(url, query, params):
+def _run(url, query, params, filters=None):
     from warehouse.queries.registry import run_canned
 
-    return run_canned(url, query, params).rows
+    return run_canned(url, query, params, filters=filters).rows
 
 
 def _params(query, run_keys: list[str]) -> dict:
-    """What a query needs given: compare's two runs."""
-    return {"a": run_keys[0], "b": run_keys[1]} if query.name == "compare" else {}
-
-
-def filter_params(query, run_key: str) -> dict | None:
-    """The parameters that narrow `query` to one run, where it can be narrowed: the hook for the
-    filter options every canned query is getting (`--run`, `--task`, …). Until they exist only a
-    query with a `run` parameter of its own can be; None for the rest (no row is printed)."""
-    if any(param.name == "run" for param in query.params):
-        return {"run": run_key}
-    return None
+    """What a query needs given: compare's (and compare-test's) two runs."""
+    names = {param.name for param in query.params}
+    return {"a": run_keys[0], "b": run_keys[1]} if {"a", "b"} <= names else {}
 
 
 def interleaved(fns: list[Callable[[], object]], repeat: int) -> list[float]:
