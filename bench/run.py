@@ -303,6 +303,11 @@ def main() -> None:
     results.append(("re-ingest math×5, whole process", f"{median(again):.2f} s", "", "all shards skipped"))
 
     results.extend(query_results(db, data["math-x5"], args.repeat))
+    if args.pg:  # the canned queries on PostgreSQL against SQLite, and the statistics' cost
+        from bench import queries
+
+        results.append(queries.statistics_cost(data["math"], args.pg))
+        results.extend(queries.on_postgres(db, data["math-x5"], args.repeat, args.pg))
     report(results, info, args)
 
 

@@ -12,10 +12,12 @@ from sqlalchemy import Engine
 
 from ingest import trace_pipeline, traces, writer
 from ingest.prepare import Batch
-from ingest.report import IngestStopped, Progress, Summary, fail, is_fatal, one_unit, relative_unit
+from ingest.report import (IngestStopped, Progress, Summary, fail, is_database_error, is_fatal, one_unit,
+                           relative_unit)
 from ingest.sources import Source, card_labels, resolve
 from ingest.worker import Reader, WorkerDied
-from warehouse.errors import WarehouseError, interruption
+from warehouse.db import statistics
+from warehouse.errors import WarehouseError, first_line, interruption
 
 HASH_CHUNK = 1 << 20
 
@@ -82,6 +84,8 @@ def ingest(
                     raise
     finally:
         progress.close()
+    if summary.units_loaded:
+        _refresh_statistics(engine, summary)
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -101,6 +105,20 @@ def _file_size(path: Path) -> int:
         return path.stat().st_size
     except OSError:  # reported when the shard is hashed
         return 0
+
+
+def _refresh_statistics(engine: Engine, summary: Summary) -> None:
+    """Once per ingest, after its last unit: the planner's statistics of the tables it changed
+    (warehouse.db.statistics), so the first query after it is planned from what is there. The
+    units are committed by then: a failure here is a warning, not a failed ingest."""
+    try:
+        summary.statistics_seconds = statistics.refresh(engine).seconds
+    except Exception as exc:
+        if (stop := interruption(exc)) is not None:
+            raise stop from None
+        if not is_database_error(exc):
+            raise
+        summary.notes.append(f"planner statistics not refreshed: {first_line(getattr(exc, 'orig', None) or exc)}")
 
 
 def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, summary: Summary, progress,

@@ -29,6 +29,7 @@ class Summary:
     turns: int = 0
     bytes_read: int = 0
     seconds: float = 0.0
+    statistics_seconds: float = 0.0  # of `seconds`: the planner statistics refreshed at the end
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     database: str | None = None  # where it went, as it may be shown (warehouse.db.engine.redact)

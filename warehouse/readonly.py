@@ -10,10 +10,11 @@ statements. Layers, each stopping what the ones before it let through (README, "
   reading and nothing else (SELECT, reading tables, functions but a few, reading PRAGMAs).
 - Sent so the server could not run a second statement: PostgreSQL's extended protocol (a
   server-side cursor, or a prepared statement for EXPLAIN), never the simple protocol.
-- PostgreSQL: a fresh connection whose only transaction is `READ ONLY`, run as the role
+- PostgreSQL: a connection whose only transaction is `READ ONLY`, run as the role
   `warehouse_reader` (SET LOCAL ROLE; it may only read the warehouse's tables) where the
-  migrations could create it and the connecting user may take it on; rolled back and closed at
-  the end, so nothing a statement changed in the session outlives it.
+  migrations could create it and the connecting user may take it on; rolled back at the end and
+  its session reset (DISCARD ALL) before it is pooled for the next, so nothing a statement
+  changed in the session outlives it.
 - SQLite: a connection of its own (pooled for reuse, see _engine) that opens the file as every
   reader does (warehouse.db.engine.sqlite_read_connection: `PRAGMA query_only`, and `mode=ro`
   unless that would leave files behind), so the library itself refuses every write.
@@ -28,6 +29,7 @@ on PostgreSQL).
 
 from __future__ import annotations
 
+import atexit
 import math
 import sqlite3
 import threading
@@ -43,7 +45,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import NullPool, QueuePool
+from sqlalchemy.pool import QueuePool
 
 from warehouse.db.engine import no_warehouse, resolve_url, sqlite_path, sqlite_read_connection
 from warehouse.errors import WarehouseError, first_line
@@ -55,8 +57,10 @@ DEFAULT_MAX_ROWS = 10_000
 READER_ROLE = "warehouse_reader"  # created and granted by migration 0007
 
 # Rows fetched from the driver at a time: large enough to cost nothing per row, small enough
-# that a streamed result never holds much.
+# that a streamed result never holds much. A result kept whole (ReadSession.fetch) comes in
+# fewer, larger batches: on PostgreSQL each is a round trip.
 _BATCH = 500
+_WHOLE_BATCH = 10_000
 
 
 @dataclass
@@ -202,12 +206,13 @@ class ReadSession:
     def fetch(self, sql: str, params: Mapping[str, Any] | None = None, *,
               max_rows: int | None = DEFAULT_MAX_ROWS) -> ReadResult:
         """One statement, as run_readonly runs it."""
-        rows = self.stream(sql, params, max_rows=max_rows)
+        batch = _WHOLE_BATCH if max_rows is None else min(_WHOLE_BATCH, max_rows + 1)
+        rows = self.stream(sql, params, max_rows=max_rows, batch=batch)
         return ReadResult(rows.columns, list(rows), rows.truncated)
 
     def stream(self, sql: str, params: Mapping[str, Any] | None = None, *,
-               max_rows: int | None = DEFAULT_MAX_ROWS) -> RowStream:
-        """One statement, its rows streamed (see stream_readonly)."""
+               max_rows: int | None = DEFAULT_MAX_ROWS, batch: int = _BATCH) -> RowStream:
+        """One statement, its rows streamed (see stream_readonly), `batch` rows at a time."""
         kind = _check_statement(self._conn.engine.url, sql)
         statement, values = _compile(sql, params or {}, self._conn.dialect)
         raw = self._conn.connection.driver_connection
@@ -228,7 +233,7 @@ class ReadSession:
                 cursor = raw.cursor()
                 cursor.execute(statement, values, prepare=True)
             columns = [d[0] for d in cursor.description]
-        return RowStream(columns, _batches(cursor), max_rows, self)
+        return RowStream(columns, _batches(cursor, batch), max_rows, self)
 
     def check_deadline(self) -> None:
         if time.monotonic() > self._deadline:
@@ -243,11 +248,11 @@ class ReadSession:
             raise WarehouseError(self._describe_error(exc)) from None
 
 
-def _batches(cursor) -> Iterator[list[tuple]]:
+def _batches(cursor, size: int) -> Iterator[list[tuple]]:
     while True:
-        batch = cursor.fetchmany(_BATCH)
+        batch = cursor.fetchmany(size)
         yield batch
-        if len(batch) < _BATCH:  # the last one: no further round trip to learn there is none
+        if len(batch) < size:  # the last one: no further round trip to learn there is none
             return
 
 
@@ -366,8 +371,9 @@ def _sqlite_readonly(url: URL, timeout: float, deadline: float, snapshot: bool,
 
 
 # Read-only engines of the last few databases, kept: making one costs about as much as a canned
-# query (for PostgreSQL several times as much). SQLite's also pool their connections, as a fresh
-# one parses the schema again and starts with a cold page cache; reuse is safe because such a
+# query (for PostgreSQL several times as much). Both pool their connections (PostgreSQL's: see
+# _postgres_readonly). SQLite's as a fresh one parses the schema again and starts with a cold
+# page cache; reuse is safe because such a
 # connection holds nothing a statement could change: the file is opened read-only with
 # query_only set (TEMP objects included), the authorizer refuses every setting, and the guards
 # are per session. A SQLite engine is keyed by the file's inode, so a file replaced under the
@@ -375,6 +381,14 @@ def _sqlite_readonly(url: URL, timeout: float, deadline: float, snapshot: bool,
 _KEEP_ENGINES = 4
 _engines: OrderedDict[tuple, Engine] = OrderedDict()
 _engines_lock = threading.Lock()
+
+
+@atexit.register
+def _dispose_engines() -> None:
+    # Pooled PostgreSQL connections say goodbye to the server rather than vanish at exit.
+    with _engines_lock:
+        while _engines:
+            _engines.popitem()[1].dispose()
 
 
 def _engine(key: tuple, make: Callable[[], Engine]) -> Engine:
@@ -449,10 +463,13 @@ def _postgres_readonly(url: URL, timeout: float,
             return "one statement at a time: this text holds more than one (nothing was run)"
         return f"database error: {first_line(exc)}"
 
-    # A connection of its own (no pool) so nothing a statement does to the session survives it.
-    # The engine is kept: its first connection inspects the server, which costs more than a query.
+    # Connections are pooled (a new one costs more than most canned queries: about 8 ms, a forked
+    # server process) and kept clean: each session's transaction is rolled back and DISCARD ALL
+    # drops whatever else a statement could leave in the session (cursors, prepared statements,
+    # settings, the role, advisory locks, temporary tables) before the next session may use it.
+    # The engine is kept too: its first connection inspects the server, which costs more still.
     key = ("postgresql", url.render_as_string(hide_password=False))
-    with _connect(_engine(key, lambda: create_engine(url, poolclass=NullPool)), describe) as conn:
+    with _connect(_engine(key, lambda: _postgres_engine(url)), describe) as conn:
         transaction = conn.begin()
         try:
             # REPEATABLE READ: every statement of the transaction sees the same snapshot. The
@@ -467,7 +484,28 @@ def _postgres_readonly(url: URL, timeout: float,
                 f"AND pg_has_role(rolname, 'MEMBER')) THEN SET LOCAL ROLE {READER_ROLE}; END IF; END$$")
             yield conn, describe, psycopg.Error
         finally:
-            transaction.rollback()
+            _end_postgres_session(conn, transaction)
+
+
+def _postgres_engine(url: URL) -> Engine:
+    # pre_ping: a pooled connection the server has since closed (a restart, a dropped database)
+    # is replaced, not handed to a query. One connection kept; more are opened only for
+    # sessions running at the same time, and closed after.
+    return create_engine(url, poolclass=QueuePool, pool_size=1, pool_pre_ping=True)
+
+
+def _end_postgres_session(conn: Connection, transaction) -> None:
+    """Roll the session's transaction back and discard the session's state, or, failing that,
+    close the connection for good: it never goes back to the pool as it was left."""
+    try:
+        transaction.rollback()
+        raw = conn.connection.driver_connection
+        raw.autocommit = True  # DISCARD ALL runs outside a transaction
+        raw.execute("DISCARD ALL")
+        raw.autocommit = False
+    except BaseException:
+        conn.invalidate()
+        raise
 
 
 def reader_role_note(engine: Engine) -> str | None:

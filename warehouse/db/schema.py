@@ -100,6 +100,7 @@ def _step(engine: Engine, direction: str, revision: str) -> None:
 
     if not revision.strip():
         raise SchemaError(f"no revision to {direction} to: give a revision id, head, base or a step such as -1")
+    before = current_revision(engine)
     try:
         _run(engine, getattr(command, direction), revision)
     except (CommandError, AssertionError) as exc:
@@ -108,6 +109,12 @@ def _step(engine: Engine, direction: str, revision: str) -> None:
         why = first_line(exc) if isinstance(exc, CommandError) else "no such revision"
         at = current_revision(engine) or "base"
         raise SchemaError(f"cannot {direction} from {at} to {revision!r}: {why}") from None
+    if current_revision(engine) != before:
+        # A migration may have rebuilt any table (0009 rewrites the summaries' lengths and
+        # counts): every table holding rows gets fresh planner statistics.
+        from warehouse.db import statistics  # (the models: not for every command's schema check)
+
+        statistics.refresh(engine, every_table=True)
 
 
 @dataclass

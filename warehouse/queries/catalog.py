@@ -13,6 +13,7 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from functools import lru_cache
 from itertools import groupby
 from operator import mul
 from typing import Any
@@ -220,7 +221,17 @@ def _lengths_post(columns: list[str], rows: Rows, values: Mapping[str, Any], rea
     return _LENGTH_COLUMNS, out
 
 
-_LENGTH_RANKS = {measure: sql_file("lengths_ranks").format(measure=measure) for measure in _LENGTH_MEASURES}
+# One measure's ranks for one run (its comment lines left out: the text is repeated per measure).
+_LENGTH_RANKS = "\n".join(line for line in sql_file("lengths_ranks").splitlines() if not line.startswith("--"))
+
+
+@lru_cache(maxsize=16)
+def _ranks_statement(measures: tuple[str, ...]) -> str:
+    """One statement for the ranks of every measure given, for one run: a row of five values
+    per measure (one statement per run rather than per measure: on PostgreSQL each statement
+    costs round trips)."""
+    return "SELECT * FROM " + " CROSS JOIN ".join(
+        f"({_LENGTH_RANKS.format(measure=measure)}) {measure}" for measure in measures)
 
 
 def _lengths_by_rank(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
@@ -230,13 +241,18 @@ def _lengths_by_rank(columns: list[str], rows: Rows, values: Mapping[str, Any], 
     and the interpolation is percentile()'s own, so the numbers are the same to the last bit."""
     out = []
     for run, run_id, *counts in rows:
+        known = [(measure, n) for measure, n in zip(_LENGTH_MEASURES, counts) if n]
+        binds: dict[str, Any] = {"run": run_id}
+        for measure, n in known:
+            binds[f"{measure}_median"] = percentile_ranks(n, 0.5)[0]
+            binds[f"{measure}_p90_from_top"] = n - 1 - percentile_ranks(n, 0.9)[1]
+        found = iter(read(_ranks_statement(tuple(m for m, _ in known)), binds)[0] if known else ())
         for measure, n in zip(_LENGTH_MEASURES, counts):
             if not n:
                 out.append((run, measure, 0, None, None, None))
                 continue
-            (median, _, median_at), (p90, _, p90_at) = percentile_ranks(n, 0.5), percentile_ranks(n, 0.9)
-            [(median_low, median_high, p90_low, p90_high, top)] = read(
-                _LENGTH_RANKS[measure], {"run": run_id, "median": median, "p90": p90})
+            median_low, median_high, p90_low, p90_high, top = (next(found) for _ in range(5))
+            median_at, p90_at = percentile_ranks(n, 0.5)[2], percentile_ranks(n, 0.9)[2]
             out.append((run, measure, n, _round(interpolate(median_low, median_high, median_at)),
                         _round(interpolate(p90_low, p90_high, p90_at)), top))
     return _LENGTH_COLUMNS, out

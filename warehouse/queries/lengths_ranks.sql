@@ -1,12 +1,15 @@
 -- One measure among a run's trials that have it: the values at the two ranks each of the median
 -- and the p90 lies between (the rank given and the next, or only the last), and the maximum.
 -- Each is a walk along trial_lengths' partial index on (run_id, measure), never a sort (the
--- IS NOT NULL lets it be used). The measure's column name is filled in by Python.
+-- IS NOT NULL lets it be used), from the nearer end: the median's from the smallest value, the
+-- p90's from the largest (p90_from_top counts the values above its upper rank), so the
+-- walks cover 60% of the run's trials rather than 140%. The measure's name is filled in by
+-- Python, which reads every measure of a run in one statement (these as derived tables).
 SELECT median.low, median.high, p90.low, p90.high,
        (SELECT max({measure}) FROM trial_lengths WHERE run_id = :run AND {measure} IS NOT NULL) AS top
 FROM (SELECT min(v) AS low, max(v) AS high
       FROM (SELECT {measure} AS v FROM trial_lengths WHERE run_id = :run AND {measure} IS NOT NULL
-            ORDER BY {measure} LIMIT 2 OFFSET :median) pair) median,
+            ORDER BY {measure} LIMIT 2 OFFSET :{measure}_median) pair) median,
      (SELECT min(v) AS low, max(v) AS high
       FROM (SELECT {measure} AS v FROM trial_lengths WHERE run_id = :run AND {measure} IS NOT NULL
-            ORDER BY {measure} LIMIT 2 OFFSET :p90) pair) p90
+            ORDER BY {measure} DESC LIMIT 2 OFFSET :{measure}_p90_from_top) pair) p90

@@ -1,0 +1,61 @@
+"""Read sessions reuse their connection (warehouse.readonly pools them) and nothing passes from
+one session to the next: each starts as the reader role, READ ONLY, with its own time limit, and
+with nothing an earlier one left on the connection (DISCARD ALL ends each). A pooled
+connection the server has closed is replaced, not handed to a query."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from warehouse.readonly import READER_ROLE, readonly_session, run_readonly
+
+
+@pytest.fixture
+def pg_url(backend, db_url) -> str:
+    if backend == "sqlite":
+        # SQLite's read connections were pooled before; what keeps them clean is the file opened
+        # read-only and the authorizer, which tests/test_sql_attacks.py covers.
+        pytest.skip("the PostgreSQL read pool")
+    return db_url
+
+
+LEAK_KEY = 0x6C65616B  # "leak": an advisory lock key nothing else takes
+
+
+def _state(url: str, timeout: float, *, leave_a_lock: bool = False) -> tuple:
+    """(backend pid, user, statement_timeout, transaction_read_only) of a fresh session."""
+    with readonly_session(url, timeout=timeout) as session:
+        if leave_a_lock:
+            # What no statement can do through the session (sqlcheck refuses the lock functions),
+            # done on its connection directly: a session-level lock, which a rollback keeps.
+            session._conn.connection.driver_connection.execute("SELECT pg_advisory_lock(%s)", [LEAK_KEY])
+        [row] = session.fetch("SELECT pg_backend_pid(), current_user, current_setting('statement_timeout'), "
+                              "current_setting('transaction_read_only')").rows
+    return row
+
+
+def _lock_holders(url: str) -> list[int]:
+    admin = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        return [pid for (pid,) in conn.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = %s AND database = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database())", [LEAK_KEY])]
+
+
+def test_a_pooled_connection_starts_each_session_clean(pg_url):
+    first = _state(pg_url, timeout=5, leave_a_lock=True)
+    assert _lock_holders(pg_url) == [], "the session's lock outlived it, on the pooled connection"
+    second = _state(pg_url, timeout=7)
+    assert first[0] == second[0], "the second session should reuse the first one's connection"
+    assert first[1:] == (READER_ROLE, "5s", "on")
+    assert second[1:] == (READER_ROLE, "7s", "on")
+
+
+def test_a_connection_the_server_closed_is_replaced(pg_url):
+    pid = _state(pg_url, timeout=5)[0]
+    admin = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        assert conn.execute("SELECT pg_terminate_backend(%s, 5000)", [pid]).fetchone() == (True,)
+    assert run_readonly(pg_url, "SELECT 41 + 1").rows == [(42,)]
