@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from warehouse.cli.app import app as root
 from warehouse.cli.context import state
 from warehouse.db import schema
 from warehouse.db.engine import redact
@@ -14,6 +15,7 @@ from warehouse.errors import SchemaError, WarehouseError
 from warehouse.readonly import reader_role_note
 
 app = typer.Typer(no_args_is_help=True, help="Create, upgrade and check the warehouse schema.")
+root.add_typer(app, name="db")
 
 
 @app.command()
