@@ -580,6 +580,20 @@ Datasets (from `ingest.generate`, fixed seeds):
 |---|---|---|---|---|
 {datasets}
 
+- *whole process*: the command timed from outside, a new process each run (`python -m warehouse
+  …`), from its start to its exit: interpreter start-up, imports, engine, schema check, the
+  reader process, the ingest and its last commit. Both sides of a ratio start from a copy of the
+  same database holding only the schema (made by the migrations, untimed). The whole-process
+  floors (`python -m bench.floor_sqlite DATASET DB`, `python -m bench.floor_postgres DATASET URL`)
+  start an interpreter, read the Parquet with pyarrow into the normalized rows the warehouse
+  stores (through the ingest's own row reader, `bench.floors.normalize`) and insert them with
+  plain `executemany` / `COPY` in one transaction, in one process; the rows they write are
+  checked to be the warehouse's, table by table. This tree's modules are compiled to bytecode
+  first, as an installed package's are.
+- *start-up*: whole processes on a small warehouse (the bundled `examples/sample`), the commands
+  taking turns, {args.repeat * STARTUP_ROUNDS_PER_REPEAT} rounds after one untimed round;
+  `sqlite-utils query DB "select 1"` is the bar. (sqlite-utils imports pandas when it is
+  installed, as the `bench` extra does, which is much of its start-up here.)
 - *ingest*: `ingest()` on a fresh database, in process, until its engine is closed (so no
   work, such as a last WAL checkpoint, can happen after the clock stops); the reader process it
   forks is inside the clock.
