@@ -238,8 +238,9 @@ def main() -> None:
     compile_bytecode()
     for name in args.only or WHOLE_PROCESS:
         results.extend(WHOLE_PROCESS[name](data, work, args))
-    if args.only:
-        report(results, info, argparse.Namespace(**{**vars(args), "no_write": True}))
+    if args.only:  # a partial table: printed, not written
+        args.no_write = True
+        report(results, info, args)
         return
 
     def measure(method: str, dataset: str) -> list[dict]:
