@@ -57,8 +57,10 @@ class _Group(TyperGroup):
         return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx, formatter) -> None:
+        rows = [(name, COMMANDS[name][1] if name in COMMANDS else self.commands[name].get_short_help_str())
+                for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
-            formatter.write_dl([(name, short_help) for name, (_, short_help) in COMMANDS.items()])
+            formatter.write_dl(rows)
 
     def invoke(self, ctx):
         try:
