@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from ingest import trace_pipeline, writer
 from ingest.prepare import Batch
 from ingest.report import IngestStopped, Progress, Summary, fail, is_fatal, one_unit, relative_unit
-from ingest.sources import Source, resolve
+from ingest.sources import Source, card_labels, resolve
 from ingest.worker import Reader, WorkerDied
 from warehouse.errors import WarehouseError, interruption
 
@@ -33,13 +33,19 @@ def ingest(
     specs: list[str],
     *,
     run: str | None = None,
+    labels: dict[str, str] | None = None,
     keep_going: bool = False,
     progress: Progress | None = None,
     warn: Callable[[str], None] = lambda _msg: None,
 ) -> Summary:
     """Load every unit of every source. A bad unit is reported (one line, in `summary.errors`
     and through `warn`) and written not at all; every other unit still loads. A bad row fails
-    its unit, unless `keep_going`, which rejects and counts the row and loads the rest."""
+    its unit, unless `keep_going`, which rejects and counts the row and loads the rest.
+
+    Runs: rows without a run id belong to the run `run` (else the dataset's name); every run a
+    source's rows belong to is then named `run` (replacing its name), else, where it has none,
+    the dataset's name; and given `labels`, replacing their keys' values, and the labels its
+    dataset card declares, where it has none for the key (writer.name_source_runs)."""
     progress = progress or Progress()
     summary = Summary()
     started = time.perf_counter()
@@ -52,9 +58,14 @@ def ingest(
                 continue
             try:
                 if source.kind == "traces":
-                    trace_pipeline.ingest_traces(engine, source, run, summary, progress, warn)
+                    source_id = trace_pipeline.ingest_traces(engine, source, run, summary, progress, warn)
+                    default_name = None  # a trace run is named for its job folder (or trial's folder)
                 else:
-                    _ingest_parquet(engine, reader, source, run, keep_going, summary, progress, warn)
+                    source_id = _ingest_parquet(engine, reader, source, run, keep_going, summary, progress, warn)
+                    default_name = source.name
+                if source_id is not None:
+                    writer.name_source_runs(engine, source_id, run or default_name, rename=run is not None,
+                                            labels=labels, source_labels=card_labels(source.card))
             except IngestStopped:  # a full disk, a lost connection: reported by one_unit
                 break
             except Exception as exc:  # the same between units (the ledger asked, a source recorded)
@@ -68,7 +79,7 @@ def ingest(
 
 
 def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, summary: Summary, progress,
-                    warn) -> None:
+                    warn) -> int:
     source_id = writer.ensure_source(engine, source.kind, source.uri, source.name, source.revision, source.card)
     run_key = run or source.name
     # A source never loaded before is new shard after shard: the reader starts on each while this
@@ -105,6 +116,7 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
                 summary.add(unit.counts)
             finally:
                 progress.finish()
+    return source_id
 
 
 def _import_pyarrow():

@@ -85,6 +85,9 @@ class Run:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     detail: dict[str, Any] | None = None
+    # Labels the source gives the run (a job config's dataset, n_attempts): set where the run
+    # has no value for the key yet.
+    labels: dict[str, str] | None = None
 
 
 @dataclass

@@ -75,6 +75,37 @@ def _card(folder: Path) -> dict | None:
     return {"readme": readme.read_text(encoding="utf-8", errors="replace")[:65536]}
 
 
+# The dataset card's YAML front matter: `---` lines around it, at the very top.
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*$", re.DOTALL | re.MULTILINE)
+CARD_LABEL_KEYS = ("warehouse_labels", "labels")
+
+
+def card_labels(card: dict | None) -> dict[str, str]:
+    """Run labels a dataset card declares: a `warehouse_labels:` (or `labels:`) mapping in its
+    YAML front matter, scalar values as text (`step: 13` is "13"). Hub cards carry no
+    standard field for a checkpoint or sweep, so nothing else is guessed at; a card whose front
+    matter does not parse declares none (it is documentation, not data)."""
+    match = _FRONT_MATTER.match((card or {}).get("readme") or "")
+    if not match:
+        return {}
+    import yaml  # huggingface_hub's own dependency; only needed for a card
+
+    try:
+        meta = yaml.safe_load(match.group(1))
+    except yaml.YAMLError:
+        return {}
+    for key in CARD_LABEL_KEYS:
+        found = meta.get(key) if isinstance(meta, dict) else None
+        if isinstance(found, dict):
+            return {str(k): _label_text(v) for k, v in found.items()
+                    if isinstance(v, (str, int, float, bool)) and str(k).strip()}
+    return {}
+
+
+def _label_text(value: str | int | float | bool) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
 def _hub(repo: str, revision: str | None) -> Source:
     """Download (or reuse from the cache) a dataset snapshot; ingestion reads local files.
     Honours HF_TOKEN and HF_HUB_OFFLINE through huggingface_hub itself."""

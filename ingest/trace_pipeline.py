@@ -15,17 +15,19 @@ NOTHING_TO_LOAD = ("nothing to load: no Parquet files (*.parquet, or a Hub snaps
                    "Harbor trial directories (a result.json, config.json, agent/ or steps/) under it")
 
 
-def ingest_traces(engine, source: Source, run: str | None, summary: Summary, progress: Progress, warn) -> None:
+def ingest_traces(engine, source: Source, run: str | None, summary: Summary, progress: Progress,
+                  warn) -> int | None:
+    """Load every trial directory under the source; its source id (None if it recorded none)."""
     units = list(traces.discover(source.root))
     if not units:  # a mistyped folder is an error, and leaves no trace in the warehouse
         fail(summary, f"{source.root}: {NOTHING_TO_LOAD}", warn)
-        return
+        return None
     trials = [u for u in units if u.kind == "trial"]
     for unit in units:
         if unit.kind != "trial":
             fail(summary, f"{unit.path}: {unit.reason}", warn)
     if not trials:
-        return
+        return None
     source_id = writer.ensure_source(engine, source.kind, source.uri, source.name)
     progress.start(source.name, len(trials))
     jobs_seen: set[Path] = set()
@@ -35,6 +37,7 @@ def ingest_traces(engine, source: Source, run: str | None, summary: Summary, pro
             progress.advance(1, 0)
     finally:
         progress.finish()
+    return source_id
 
 
 def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit, run, summary: Summary,

@@ -521,7 +521,29 @@ def read_job(job_dir: os.PathLike[str] | str, run_override: str | None = None) -
         started_at=started,
         finished_at=finished,
         detail=detail,
+        labels=job_labels(config),
     )
+
+
+def job_labels(config: dict[str, Any]) -> dict[str, str]:
+    """The run labels a job config gives: what tells a job's runs apart and no trial column
+    holds. `dataset` (each of `datasets`' name, else its path's last part, with `@version`),
+    `n_attempts`. (Agent and model are trial columns already.)"""
+    labels: dict[str, str] = {}
+    names = []
+    for dataset in config.get("datasets") or ():
+        if not isinstance(dataset, dict):
+            continue
+        name = dataset.get("name") or (Path(str(dataset["path"])).name if dataset.get("path") else None)
+        if name:
+            version = dataset.get("version") or dataset.get("ref")
+            names.append(f"{name}@{version}" if version else str(name))
+    if names:
+        labels["dataset"] = ", ".join(names)
+    attempts = config.get("n_attempts")
+    if isinstance(attempts, int) and not isinstance(attempts, bool):
+        labels["n_attempts"] = str(attempts)
+    return labels
 
 
 # --------------------------------------------------------------------------------------------

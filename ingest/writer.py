@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from itertools import chain, filterfalse, repeat
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy import Connection, Engine, select, text, update
 
 from ingest import bulk, collector
 from ingest.prepare import TRIAL_FIELDS, TRIAL_ROW, Batch, prepare
@@ -30,6 +30,7 @@ from ingest.records import Rejected, Run, Trial
 from warehouse import __version__, summaries
 from warehouse.db import models
 from warehouse.db.session import write_transaction
+from warehouse.runs import labels_of, set_labels, source_run_name
 from warehouse.texts import to_bytes
 
 T = {name: model.__table__ for name, model in {
@@ -78,6 +79,43 @@ def ensure_source(engine: Engine, kind: str, uri: str, name: str, revision: str 
         if revision is not None and row.revision != revision:
             conn.execute(update(T["sources"]).where(T["sources"].c.id == row.id).values(revision=revision))
         return row.id
+
+
+def name_source_runs(engine: Engine, source_id: int, name: str | None, *, rename: bool = False,
+                     labels: dict[str, str] | None = None, source_labels: dict[str, str] | None = None) -> None:
+    """After a source's units: every run its rows belong to (run_sources, so runs of units
+    loaded by earlier ingests too) gets `name` (warehouse.runs.source_run_name) where it has
+    none, or with `rename` (an explicit `ingest --run`) in place of the one it has; `labels`
+    (`ingest --label`) replacing the values of their keys, and `source_labels` (a dataset card's)
+    where the run has no value for the key. One transaction, and none when nothing changes (a
+    re-ingest); a crash before it leaves the runs as they were, and the same ingest run again
+    (its units all skipped) does it."""
+    def changes(conn: Connection) -> list[tuple[int, str | None, dict[str, str], dict[str, str]]]:
+        runs = conn.execute(text(
+            "SELECT r.id, r.run_key, r.name FROM run_sources rs JOIN runs r ON r.id = rs.run_id "
+            "WHERE rs.source_id = :s ORDER BY r.id"), {"s": source_id}).all()
+        have = labels_of(conn, [run_id for run_id, _, _ in runs]) if (labels or source_labels) else {}
+        out = []
+        for run_id, run_key, current in runs:
+            wanted = source_run_name(name, run_key, len(runs)) if name else None
+            new_name = wanted if wanted and (current is None or (rename and current != wanted)) else None
+            own = have.get(run_id, {})
+            replace = {k: v for k, v in (labels or {}).items() if own.get(k) != v}
+            fill = {k: v for k, v in (source_labels or {}).items() if k not in own and k not in (labels or {})}
+            if new_name or replace or fill:
+                out.append((run_id, new_name, replace, fill))
+        return out
+
+    with engine.connect() as conn:
+        if not changes(conn):
+            return
+    with write_transaction(engine) as conn:
+        bulk.lock_for_writing(conn)
+        for run_id, new_name, replace, fill in changes(conn):  # again, under the lock
+            if new_name:
+                conn.execute(update(T["runs"]).where(T["runs"].c.id == run_id).values(name=new_name))
+            set_labels(conn, run_id, replace)
+            set_labels(conn, run_id, fill, replace=False)
 
 
 def has_loads(engine: Engine, source_id: int) -> bool:
@@ -209,6 +247,9 @@ class UnitWriter:
                 fill = {k: v for k, v in values.items() if getattr(existing, k) is None}
                 if fill:
                     self._execute(update(runs_t).where(runs_t.c.id == existing.id).values(**fill))
+            if run.labels:
+                self.flush()
+                set_labels(self.conn, self._run_ids[run.run_key], run.labels, replace=False)
 
     def add_trials(self, trials: list[Trial], run_names: dict[str, str] | None = None) -> None:
         """Write a batch of trials and their episodes."""

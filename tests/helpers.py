@@ -13,7 +13,7 @@ CONVERSATIONS = pa.list_(pa.struct([("content", pa.string()), ("role", pa.string
 STRING_COLUMNS = ("agent", "model", "model_provider", "date", "task", "episode", "run_id", "trial_name",
                   "result", "verifier_output")
 TABLES = ("runs", "tasks", "trials", "episodes", "turns", "messages", "episode_loads", "trial_loads",
-          "loads", "conflicts", "sources",
+          "loads", "conflicts", "sources", "run_labels",
           "run_task_breakdown", "run_task_outcomes", "trial_lengths", "run_sources")  # the summaries
 
 

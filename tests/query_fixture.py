@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from ingest import writer
@@ -90,18 +91,19 @@ def run_c() -> list[Trial]:
     ]
 
 
-def build(engine) -> None:
-    """Load the three runs as three units from two sources."""
+def build(engine, keep: Callable[[Trial], bool] = lambda trial: True) -> None:
+    """Load the three runs as three units from two sources (only the trials `keep` keeps: a
+    warehouse of what a filter selects, which the filter tests compare against)."""
     source_a = writer.ensure_source(engine, "parquet", "/fixture/a", "fixture-a")
     source_b = writer.ensure_source(engine, "parquet", "/fixture/b", "fixture-b")
     a_trials = run_a()
-    with writer.unit(engine, source_a, "unit-a", "hash-a") as u:
-        u.add_trials(a_trials)
-    with writer.unit(engine, source_a, "unit-c", "hash-c") as u:
-        u.add_trials(run_c())
-    with writer.unit(engine, source_b, "unit-b", "hash-b") as u:
-        # The same run-a trial again, from a second source: provenance only, no new rows.
-        u.add_trials(run_b() + [a_trials[0]])
+    # The same run-a trial again, from a second source: provenance only, no new rows.
+    for source, unit, trials in ((source_a, "unit-a", a_trials), (source_a, "unit-c", run_c()),
+                                 (source_b, "unit-b", run_b() + [a_trials[0]])):
+        kept = [trial for trial in trials if keep(trial)]
+        if kept:
+            with writer.unit(engine, source, unit, f"hash-{unit[-1]}") as u:
+                u.add_trials(kept)
 
 
 def cli(db_url: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

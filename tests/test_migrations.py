@@ -188,10 +188,10 @@ def test_downgrade_losses_count_dropped_tables_and_columns(engine, tmp_path):
     assert to_base.rows == {t: before[t] for t in ALL_TABLES} and to_base.values == {}
     assert str(to_base).startswith(f"{before['trials']} trials, ")
     to_0004 = schema.downgrade_losses(engine, "0004")
-    assert to_0004.rows == {} and to_0004.values == {"episode_loads.extra": 1}
+    assert to_0004.rows == {"run_labels": 0} and to_0004.values == {"episode_loads.extra": 1}
     assert str(to_0004) == "1 value of episode_loads.extra"
     summaries = ("run_task_breakdown", "run_task_outcomes", "trial_lengths", "run_sources")
-    assert schema.downgrade_losses(engine, "0003").rows == {t: before[t] for t in summaries}
+    assert schema.downgrade_losses(engine, "0003").rows == {t: before[t] for t in (*summaries, "run_labels")}
     # Counting touches nothing.
     assert counts(engine) == before and schema.current_revision(engine) == schema.head_revision()
     with pytest.raises(SchemaError, match="Can't locate revision"):

@@ -83,21 +83,39 @@ def test_runs_threshold(url):
     assert [r["pass_rate"] for r in run(url, "runs", threshold=0.5)] == pytest.approx([5 / 11, 2 / 9, 1.0])
 
 
+def _wilson(successes, trials):
+    # The reference implementation (tests/test_stats.py checks ours against it across a grid).
+    from statsmodels.stats.proportion import proportion_confint
+
+    low, high = proportion_confint(successes, trials, alpha=0.05, method="wilson")
+    return dict(pass_rate_low=low, pass_rate_high=high)
+
+
 def test_pass_rate_by_run_model_agent(url):
     assert approx_rows(run(url, "pass-rate")) == [
-        dict(run_key="run-a", trials=11, successes=4, pass_rate=4 / 11, mean_reward=0.5, errors=1),
-        dict(run_key="run-b", trials=9, successes=2, pass_rate=2 / 9, mean_reward=0.25, errors=1),
-        dict(run_key="run-c", trials=2, successes=2, pass_rate=1.0, mean_reward=1.0, errors=0),
+        dict(run_key="run-a", trials=11, successes=4, pass_rate=4 / 11, **_wilson(4, 11), mean_reward=0.5,
+             errors=1),
+        dict(run_key="run-b", trials=9, successes=2, pass_rate=2 / 9, **_wilson(2, 9), mean_reward=0.25,
+             errors=1),
+        # 2 of 2: the low end is n / (n + z²) = 2 / 5.8415 by hand.
+        dict(run_key="run-c", trials=2, successes=2, pass_rate=1.0, pass_rate_low=2 / (2 + 1.959964 ** 2),
+             pass_rate_high=1.0, mean_reward=1.0, errors=0),
     ]
     # m1: run-a's 11 trials, run-b's task3 (2), run-c (2); rewards known: 9 + 2 + 2, sum 4.5 + 1 + 2.
     assert approx_rows(run(url, "pass-rate", by="model")) == [
-        dict(model="m1", trials=15, successes=7, pass_rate=7 / 15, mean_reward=7.5 / 13, errors=1),
-        dict(model="m2", trials=7, successes=1, pass_rate=1 / 7, mean_reward=1 / 6, errors=1),
+        dict(model="m1", trials=15, successes=7, pass_rate=7 / 15, **_wilson(7, 15), mean_reward=7.5 / 13,
+             errors=1),
+        dict(model="m2", trials=7, successes=1, pass_rate=1 / 7, **_wilson(1, 7), mean_reward=1 / 6, errors=1),
     ]
     assert approx_rows(run(url, "pass-rate", by="agent")) == [
-        dict(agent="openhands", trials=2, successes=2, pass_rate=1.0, mean_reward=1.0, errors=0),
-        dict(agent="terminus", trials=20, successes=6, pass_rate=0.3, mean_reward=6.5 / 17, errors=2),
+        dict(agent="openhands", trials=2, successes=2, pass_rate=1.0, **_wilson(2, 2), mean_reward=1.0, errors=0),
+        dict(agent="terminus", trials=20, successes=6, pass_rate=0.3, **_wilson(6, 20), mean_reward=6.5 / 17,
+             errors=2),
     ]
+    # A wider interval at a higher confidence, the same rate.
+    [wide] = [r for r in run(url, "pass-rate", confidence=0.99) if r["run_key"] == "run-a"]
+    assert wide["pass_rate_low"] < _wilson(4, 11)["pass_rate_low"] < 4 / 11
+    assert wide["pass_rate_high"] > _wilson(4, 11)["pass_rate_high"]
 
 
 def test_pass_rate_rejects_an_unknown_grouping(url):
@@ -157,7 +175,8 @@ def test_pass_at_k_per_task(url):
 
 def test_pass_at_k_per_run(url):
     rows = run(url, "pass-at-k", k="1,2,5")
-    assert approx_rows(rows) == [
+    estimates = [{k: v for k, v in row.items() if not k.endswith(("_low", "_high"))} for row in rows]
+    assert approx_rows(estimates) == [
         # means over the tasks with at least k attempts
         {"run_key": "run-a", "tasks": 4, "min_attempts": 1,
          "pass@1": (0.4 + 0 + 1 + 0) / 4, "pass@2": (0.7 + 0 + 1) / 3, "pass@5": 1.0},
@@ -165,6 +184,23 @@ def test_pass_at_k_per_run(url):
          "pass@1": (0 + 1 / 3 + 0.5) / 3, "pass@2": (0 + 2 / 3 + 1) / 3, "pass@5": None},
         {"run_key": "run-c", "tasks": 1, "min_attempts": 1, "pass@1": 1.0, "pass@2": None, "pass@5": None},
     ]
+    assert list(rows[0]) == ["run_key", "tasks", "min_attempts", "pass@1", "pass@1_low", "pass@1_high",
+                             "pass@2", "pass@2_low", "pass@2_high", "pass@5", "pass@5_low", "pass@5_high"]
+    a, b, c = rows
+    # One task behind a mean (run-a's pass@5, run-c's pass@1): every resample draws it, so the
+    # interval is that task's value. None where the mean is None.
+    assert (a["pass@5_low"], a["pass@5_high"]) == (1.0, 1.0)
+    assert (c["pass@1_low"], c["pass@1_high"]) == (1.0, 1.0)
+    assert (b["pass@5_low"], b["pass@5_high"], c["pass@2_low"]) == (None, None, None)
+    # Otherwise the interval holds the mean, within the least and greatest task's value (run-a's
+    # pass@1 over 0.4, 0, 1, 0), and is the same for the same seed.
+    assert 0.0 <= a["pass@1_low"] < a["pass@1"] < a["pass@1_high"] <= 1.0
+    assert run(url, "pass-at-k", k="1,2,5") == rows
+    assert run(url, "pass-at-k", k="1,2,5", resamples=1)[0]["pass@1_low"] == \
+        run(url, "pass-at-k", k="1,2,5", resamples=1)[0]["pass@1_high"]
+    # A run's interval does not depend on the other runs shown (each run is seeded apart).
+    assert [r for r in run(url, "pass-at-k", k="5,1,2") if r["run_key"] == "run-a"][0]["pass@1_low"] == \
+        a["pass@1_low"]
 
 
 def test_pass_at_k_threshold(url):
@@ -191,6 +227,20 @@ def test_compare_threshold(url):
     # At 0.5 run-a solves task2 as well: only task1 flips.
     assert _matrix(run(url, "compare", a="run-a", b="run-b", flipped=True, threshold=0.5)) == [
         ("task1", 5, 2, 4, 0, "lost")]
+
+
+def test_compare_test(url):
+    # Shared tasks: task1, task2, task3 (run-b never tried task4). run-b gained task2 and lost task1.
+    [row] = run(url, "compare-test", a="run-a", b="run-b")
+    assert approx_rows([row]) == [dict(
+        a="run-a", b="run-b", shared=3, gained=1, lost=1, p_value=1.0,
+        pass_rate_a=(2 / 5 + 0 / 3 + 2 / 2) / 3, pass_rate_b=(0 / 4 + 1 / 3 + 1 / 2) / 3,
+        diff=(0 / 4 + 1 / 3 + 1 / 2 - 2 / 5 - 0 / 3 - 2 / 2) / 3,
+        diff_low=row["diff_low"], diff_high=row["diff_high"], verdict="too few shared tasks")]
+    # The per-task differences are -0.4, 1/3 and -0.5: every resample's mean lies within them.
+    assert -0.5 <= row["diff_low"] < row["diff"] < row["diff_high"] <= 1 / 3
+    [alone] = run(url, "compare-test", a="run-a", b="run-c")  # task1 only
+    assert (alone["shared"], alone["gained"], alone["lost"], alone["verdict"]) == (1, 0, 0, "too few shared tasks")
 
 
 def test_compare_needs_existing_runs(url):
@@ -268,11 +318,32 @@ def test_cli_errors(url):
     assert missing.returncode == 2  # usage: --b is required
     unknown = cli(url, "query", "compare", "--a", "run-a", "--b", "nope")
     assert unknown.returncode == 1
-    assert unknown.stderr.strip().splitlines() == ["Error: no run 'nope' (warehouse query runs lists them)"]
+    assert unknown.stderr.strip().splitlines() == ["Error: no run 'nope' (`warehouse runs` lists them)"]
     bad_k = cli(url, "query", "pass-at-k", "--k", "0,x")
     assert bad_k.returncode == 2 and "expected integers" in bad_k.stderr
     bad_by = cli(url, "query", "pass-rate", "--by", "task")
     assert bad_by.returncode == 2
+    for args, message in [
+        (["pass-rate", "--confidence", "1.5"], "Error: --confidence must lie strictly between 0 and 1, not 1.5"),
+        (["pass-at-k", "--confidence", "0"], "Error: --confidence must lie strictly between 0 and 1, not 0.0"),
+        (["compare-test", "--a", "run-a", "--b", "run-b", "--resamples", "0"],
+         "Error: --resamples must be at least 1, not 0"),
+    ]:
+        done = cli(url, "query", *args)
+        assert (done.returncode, done.stderr.strip().splitlines()) == (1, [message]), args
+
+
+def test_cli_compare_verdict(url):
+    table = cli(url, "query", "compare", "--a", "run-a", "--b", "run-b")
+    assert table.returncode == 0 and "task4" in table.stdout
+    assert table.stderr.splitlines() == [
+        "compare: too few shared tasks: 3 shared tasks, B gained 1 and lost 1 (McNemar exact p = 1); "
+        "pass rate B - A = -0.189, 95% interval -0.500 to +0.333 (paired bootstrap, 2000 resamples, seed 0)"]
+    test = cli(url, "query", "compare-test", "--a", "run-a", "--b", "run-b", "--format", "json")
+    assert test.returncode == 0 and test.stderr == ""
+    assert [(r["shared"], r["verdict"]) for r in json.loads(test.stdout)] == [(3, "too few shared tasks")]
+    for option in ("--confidence", "--resamples", "--seed"):
+        assert option in cli(url, "query", "pass-at-k", "--help").stdout
 
 
 @pytest.mark.parametrize("command", [

@@ -38,11 +38,15 @@ def _commands() -> dict[str, list[str]]:
         "show": ["show", "{trial}"],
         "export-hub": ["export", "hub", "{out}"],
         "export-tables": ["export", "tables", "{out}"],
+        "report": ["report", "{out}"],
         "db-current": ["db", "current"],
         "db-check": ["db", "check"],
+        "runs": ["runs"],
+        "query-filtered": ["query", "pass-rate", "--run", "{a}", "--task", "*", "--by", "label:step"],
     }
     for name in QUERIES:
-        commands[f"query-{name}"] = ["query", name, *(["--a", "{a}", "--b", "{b}"] if name == "compare" else [])]
+        two_runs = any(p.name == "a" for p in QUERIES[name].params)  # compare, compare-test
+        commands[f"query-{name}"] = ["query", name, *(["--a", "{a}", "--b", "{b}"] if two_runs else [])]
     return commands
 
 
@@ -148,6 +152,8 @@ def test_read_command_leaves_every_file_as_it_was(kind, command, sample_warehous
             assert done.stdout.strip() == HEAD
         if command.startswith("export"):
             assert (out / "README.md").is_file()
+        if command == "report":
+            assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
         return
     if command == "db-current" and kind != "missing":
         assert (done.returncode, done.stdout.strip()) == (0, "none")

@@ -123,8 +123,11 @@ def _variants(name: str, runs: list[str]) -> list[dict[str, Any]]:
         variants += [{"unsolved": True}, {"solved_by_all": True}]
     if "per_task" in params:
         variants += [{"per_task": True, "k": "1,2,3,10"}, {"k": "2,4"}]
+    if "confidence" in params:
+        variants += [{"confidence": 0.8, **({"seed": 5, "resamples": 300} if "seed" in params else {})}]
     if "a" in params:
-        variants = [dict(v, a=a, b=b) for v in ({}, {"flipped": True}) for a, b in
+        shapes = ({}, {"flipped": True}) if "flipped" in params else ({}, {"seed": 5, "confidence": 0.8})
+        variants = [dict(v, a=a, b=b) for v in shapes for a, b in
                     [(runs[0], runs[-1]), (runs[-1], runs[0]), (runs[0], runs[0])]]
     if "threshold" in params:
         variants += [dict(v, threshold=0.5) for v in variants]

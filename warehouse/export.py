@@ -40,6 +40,7 @@ from sqlalchemy.orm import aliased
 from warehouse import __version__
 from warehouse.db import models
 from warehouse.errors import WarehouseError, first_line
+from warehouse.runs import resolve_runs
 from warehouse.outdir import staged_output
 from warehouse.texts import exact_column, from_bytes
 
@@ -127,7 +128,7 @@ class _Selection:
 
     @classmethod
     def resolve(cls, conn: Connection, runs: Sequence[str] | None, sources: Sequence[str] | None) -> "_Selection":
-        run_ids = _match(conn, RUNS, ("run_key", "name"), runs, "run") if runs else None
+        run_ids = [ref.id for ref in resolve_runs(conn, runs)] if runs else None
         source_ids = _match(conn, SOURCES, ("uri", "name"), sources, "source", paths=True) if sources else None
         return cls(run_ids, source_ids, list(runs or []), list(sources or []))
 

@@ -194,6 +194,11 @@ class ReadSession:
         self._deadline = deadline
         self._timeout = timeout
 
+    @property
+    def connection(self) -> Connection:
+        """The session's connection, for the library's own statements (resolving run names)."""
+        return self._conn
+
     def fetch(self, sql: str, params: Mapping[str, Any] | None = None, *,
               max_rows: int | None = DEFAULT_MAX_ROWS) -> ReadResult:
         """One statement, as run_readonly runs it."""

@@ -13,6 +13,7 @@ from warehouse.db import models
 from warehouse.db.session import read_transaction
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
+from warehouse.runs import resolve_run
 from warehouse.texts import exact_column, join_text
 
 RUNS, TASKS, TRIALS = models.Run.__table__, models.Task.__table__, models.Trial.__table__
@@ -70,7 +71,8 @@ def load_trajectory(engine: Engine, ref: str, *, episode: int | None = None,
 
 def find_trial(conn: Connection, ref: str) -> int:
     """A trial id from a trial id (digits), a trial name, or RUN/TRIAL when the name is in
-    several runs. Run keys may hold slashes (Hub dataset names), so RUN/TRIAL splits at the last."""
+    several runs (RUN: a key, a unique prefix of it, or a name). Run keys may hold slashes (Hub
+    dataset names), so RUN/TRIAL splits at the last."""
     if ref.isdigit():
         found = conn.execute(select(TRIALS.c.id).where(TRIALS.c.id == int(ref))).scalar()
         if found is not None:
@@ -85,10 +87,9 @@ def find_trial(conn: Connection, ref: str) -> int:
         runs = ", ".join(row.run_key for row in named)
         raise WarehouseError(f"trial {ref!r} is in {len(named)} runs ({runs}): name it as RUN/{ref}")
     if "/" in ref:
-        run_key, name = ref.rsplit("/", 1)
+        run, name = ref.rsplit("/", 1)
         found = conn.execute(
-            select(TRIALS.c.id).join(RUNS, RUNS.c.id == TRIALS.c.run_id)
-            .where(RUNS.c.run_key == run_key, TRIALS.c.trial_name == name)
+            select(TRIALS.c.id).where(TRIALS.c.run_id == resolve_run(conn, run).id, TRIALS.c.trial_name == name)
         ).scalar()
         if found is not None:
             return found

@@ -30,8 +30,10 @@ COMMANDS = {
     "sql": ("warehouse.cli.sql", "Run one read-only SQL query and print its rows."),
     "db": ("warehouse.cli.db", "Create, upgrade and check the warehouse schema."),
     "query": ("warehouse.cli.query", "Canned cross-run queries: `warehouse query list` shows them."),
+    "runs": ("warehouse.cli.runs", "The runs: key, name, labels, trials, pass rate, sources."),
     "index": ("warehouse.cli.search", "The optional trigram index that speeds up `warehouse search`."),
     "export": ("warehouse.cli.export", "Write warehouse contents out as Parquet."),
+    "report": ("warehouse.cli.report", "Write an HTML report of the sweep: runs, pass rate with its interval, solve matrix, failures and lengths."),
 }
 
 

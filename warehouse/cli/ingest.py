@@ -19,6 +19,7 @@ from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import echo_err
 from warehouse.errors import interruption
+from warehouse.runs import parse_labels
 
 stderr = Console(stderr=True)
 
@@ -79,7 +80,11 @@ def ingest(
         help="Parquet file, Hub-snapshot folder (README.md + data/*.parquet), Hub id org/name[@rev], "
         "or Harbor trace directory (trial, job, trace_jobs/, or a root of many).")],
     run: Annotated[Optional[str], typer.Option(
-        "--run", help="Run name for rows and trials whose files name no run (RL rollouts).")] = None,
+        "--run", help="Name the runs these rows belong to; for rows and trials whose files name no run "
+        "(RL rollouts), also their run's key.")] = None,
+    label: Annotated[Optional[list[str]], typer.Option(
+        "--label", help="KEY=VALUE label for every run these sources' rows belong to (replacing the "
+        "key's value). Repeatable.")] = None,
     keep_going: Annotated[bool, typer.Option(
         "--keep-going", "-k", help="Reject bad rows (the rest of their unit still loads) and exit 0 "
         "even when units failed; failures are still reported and counted.")] = False,
@@ -97,8 +102,10 @@ def ingest(
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
     try:
         with _sigterm_interrupts():
+            labels = parse_labels(label or ())  # a bad label before anything is written
             engine = state(ctx).write_engine(create=True)
-            summary = run_ingest(engine, sources, run=run, keep_going=keep_going, progress=BarProgress(),
+            summary = run_ingest(engine, sources, run=run, labels=labels, keep_going=keep_going,
+                                 progress=BarProgress(),
                                  warn=lambda msg: echo_err(f"Error: {msg}"))
     except (KeyboardInterrupt, Exception) as exc:  # (by now the reader process is stopped and reaped)
         stop = interruption(exc)

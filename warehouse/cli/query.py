@@ -11,30 +11,47 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, FormatOption, write_rows
+from warehouse.cli.output import Format, FormatOption, echo_err, write_rows
 from warehouse.errors import WarehouseError
+from warehouse.filters import Filters
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param, run_canned
 from warehouse.readonly import DEFAULT_TIMEOUT
 
-query_app = typer.Typer(no_args_is_help=True, help="Canned cross-run queries: `warehouse query list` shows them.")
+query_app = typer.Typer(no_args_is_help=True, help="Canned cross-run queries: `warehouse query list` shows them. "
+                        "Each takes --run, --task, --model, --agent and --label to narrow it.")
 app.add_typer(query_app, name="query")
 
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Stop the query after this many seconds.")]
+
+# The filters every query takes (warehouse.filters): (keyword, option, help).
+FILTER_OPTIONS = (
+    ("run", "--run", "Only this run: its key, a unique prefix of it, or its name. Repeatable."),
+    ("task", "--task", "Only tasks matching this glob (* and ?). Repeatable."),
+    ("model", "--model", "Only this model (full name or without its provider; glob). Repeatable."),
+    ("agent", "--agent", "Only this agent (glob). Repeatable."),
+    ("label", "--label", "Only runs with this label, KEY=VALUE. Repeatable: all must hold."),
+)
 
 
 @query_app.command("list")
 def list_queries(fmt: FormatOption = Format.table) -> None:
     """List the canned queries and their parameters."""
     write_rows(["name", "description", "params"],
-               [(q.name, q.summary, " ".join(p.option for p in q.params)) for q in QUERIES.values()], fmt)
+               [(q.name, q.summary, " ".join(p.name.upper() if p.positional else p.option for p in q.params))
+                for q in QUERIES.values()], fmt)
 
 
 def _option(param: Param) -> inspect.Parameter:
     """The Typer option for one parameter, as a keyword of the generated command."""
+    if param.positional:
+        # `compare A B`; the option spelling (--a) is _alias's.
+        return inspect.Parameter(param.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                 annotation=Annotated[Optional[str], typer.Argument(
+                                     help=param.help, metavar=param.name.upper(), show_default=False)])
     if param.type is bool:
         annotation: Any = bool
         option = typer.Option(param.option, help=param.help)
-    elif param.choices:
+    elif param.choices and not param.by_label:
         choices = Enum(param.name, {c: c for c in param.choices}, type=str)
         annotation = choices
         option = typer.Option(param.option, help=param.help)
@@ -50,19 +67,46 @@ def _option(param: Param) -> inspect.Parameter:
                              annotation=Annotated[annotation, option], default=default)
 
 
+def _alias(param: Param) -> inspect.Parameter:
+    """A positional parameter's option spelling (--a RUN), kept for scripts written before."""
+    return inspect.Parameter(f"{param.name}_option", inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[Optional[str], typer.Option(param.option, hidden=True)])
+
+
+def _filter_option(keyword: str, option: str, help: str) -> inspect.Parameter:
+    return inspect.Parameter(f"filter_{keyword}", inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[Optional[list[str]], typer.Option(option, help=help)])
+
+
 def _register(query: CannedQuery) -> None:
+    positional = [p for p in query.params if p.positional]
+
     def command(ctx: typer.Context, format: Format, timeout: float, **values: Any) -> None:
+        narrowed = {keyword: values.pop(f"filter_{keyword}") for keyword, _, _ in FILTER_OPTIONS}
+        for param in positional:
+            given, option = values[param.name], values.pop(f"{param.name}_option")
+            if given is not None and option is not None and given != option:
+                raise typer.BadParameter(f"{param.name.upper()} given twice ({given!r}, {param.option} {option!r})")
+            values[param.name] = given if given is not None else option
+            if values[param.name] is None:
+                raise typer.BadParameter(f"missing {param.name.upper()} (or {param.option})")
         try:
             query.values(values)  # a value the option's type lets through but the query refuses
+            filters = Filters.of(**narrowed)
         except WarehouseError as exc:
             raise typer.BadParameter(str(exc)) from None
         engine = state(ctx).read_engine()
-        result = run_canned(engine.url, query, values, timeout=timeout)
+        result = run_canned(engine.url, query, values, filters=filters, timeout=timeout)
         write_rows(result.columns, result.rows, format)
+        if query.footnote is not None and format is Format.table:
+            # On stderr, so that it reaches the reader however stdout is redirected.
+            echo_err(query.footnote(engine.url, values, filters, timeout))
 
     command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
         *(_option(p) for p in query.params),
+        *(_alias(p) for p in positional),
+        *(_filter_option(*option) for option in FILTER_OPTIONS),
         inspect.Parameter("format", inspect.Parameter.KEYWORD_ONLY, annotation=FormatOption, default=Format.table),
         inspect.Parameter("timeout", inspect.Parameter.KEYWORD_ONLY, annotation=TimeoutOption,
                           default=DEFAULT_TIMEOUT),

@@ -18,7 +18,7 @@ from warehouse.readonly import DEFAULT_TIMEOUT
 def search(
     ctx: typer.Context,
     text: Annotated[str, typer.Argument(help="The text to find (a substring; ASCII letters match either case).")],
-    run: Annotated[Optional[str], typer.Option("--run", help="Only this run (run_key).")] = None,
+    run: Annotated[Optional[str], typer.Option("--run", help="Only this run: its key, a unique prefix of it, or its name.")] = None,
     task: Annotated[Optional[str], typer.Option("--task", help="Only this task.")] = None,
     role: Annotated[Optional[str], typer.Option(
         "--role", help="Only turns with this role (user, assistant, …); `verifier` for verifier output only.")] = None,

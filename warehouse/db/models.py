@@ -124,6 +124,20 @@ class Run(Base):
     created_at: Mapped[datetime] = created_at()
 
 
+class RunLabel(Base):
+    """A `key=value` label on a run (`step=13`): given at ingest (`--label`), later
+    (`warehouse runs label`), or taken from what a source says (a dataset card, a job config)."""
+
+    __tablename__ = "run_labels"
+
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    key: Mapped[str] = mapped_column(primary_key=True)
+    value: Mapped[str]
+    created_at: Mapped[datetime] = created_at()
+
+    __table_args__ = (Index("ix_run_labels_key_value", "key", "value"),)
+
+
 class Task(Base):
     __tablename__ = "tasks"
 

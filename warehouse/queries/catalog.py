@@ -3,23 +3,51 @@
 Shared meanings: a trial SUCCEEDS when its reward is at least --threshold (default 1.0); a
 trial without a reward (an exception, or not finished) is an attempt that failed. Every
 trial counts as an attempt, complete or not. Task-level queries leave out trials whose task
-is unknown.
+is unknown. Every query can be narrowed by --run, --task, --model, --agent and --label
+(warehouse.filters); the slots its SQL fills with them are declared here, per statement.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from itertools import groupby
+from operator import mul
 from typing import Any
 
-from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, sql_file
-from warehouse.queries.stats import interpolate, pass_at_k, percentile, percentile_ranks
+from sqlalchemy.engine import URL
+
+from warehouse.errors import WarehouseError
+from warehouse.filters import Filters
+from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, run_canned, sql_file
+from warehouse.queries.stats import (bootstrap_counts, interpolate, mcnemar_exact, pass_at_k, percentile,
+                                     percentile_interval, percentile_ranks, wilson_interval)
+from warehouse.runs import label_sort_key
 
 THRESHOLD = Param(
     "threshold", float, 1.0,
     "A trial succeeds when its reward is at least this; a trial without a reward fails.",
 )
+CONFIDENCE = Param("confidence", float, 0.95, "The confidence level of the intervals (0 to 1).")
+RESAMPLES = Param("resamples", int, 2000, "Bootstrap resamples of the tasks.")
+SEED = Param("seed", int, 0, "Seed of the bootstrap's random draws: the same seed, the same interval.")
+RUN_A = Param("a", str, None, "The first run.", required=True, names_run=True, positional=True)
+RUN_B = Param("b", str, None, "The second run.", required=True, names_run=True, positional=True)
+
+# Fewer shared tasks than this, and compare-test says it cannot tell.
+MIN_SHARED_TASKS = 10
+
+
+
+def _trial_columns(t: str) -> dict[str, str]:
+    """What the filters compare, in a table with a trial's run_id, task_id, model and agent
+    (trials, run_task_breakdown) under alias `t`."""
+    return {"run_id": f"{t}.run_id", "task_id": f"{t}.task_id", "model": f"{t}.model", "agent": f"{t}.agent"}
+
+
+_RUN_COLUMNS = {"run_id": "r.id"}
 
 
 # --- post-processing -------------------------------------------------------------------------
@@ -39,29 +67,134 @@ def _runs_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: 
     return columns, [tuple(_as_utc(v) if i in dates else v for i, v in enumerate(row)) for row in rows]
 
 
+def _uncertainty(values: Mapping[str, Any]) -> tuple[float, int]:
+    """--confidence and --resamples, checked: (confidence, resamples)."""
+    confidence, resamples = values["confidence"], values.get("resamples", 1)
+    if not 0 < confidence < 1:
+        raise WarehouseError(f"--confidence must lie strictly between 0 and 1, not {confidence}")
+    if resamples < 1:
+        raise WarehouseError(f"--resamples must be at least 1, not {resamples}")
+    return confidence, resamples
+
+
 def _pass_rate_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
                     ) -> tuple[list[str], Rows]:
-    name = {"run": "run_key"}.get(values["by"], values["by"])
-    return [name if c == "grp" else c for c in columns], rows
+    confidence, _ = _uncertainty(values)
+    by: str = values["by"]
+    if by.startswith("label:"):  # a sweep reads in its label's order: step 2 before step 10
+        name = by[len("label:"):]
+        rows = sorted(rows, key=lambda row: label_sort_key(row[0]))
+    else:
+        name = {"run": "run_key"}.get(by, by)
+    at = columns.index("pass_rate") + 1
+    named = [name if c == "grp" else c for c in columns]
+    trials, successes = columns.index("trials"), columns.index("successes")
+    return named[:at] + ["pass_rate_low", "pass_rate_high"] + named[at:], [
+        row[:at] + wilson_interval(int(row[successes]), int(row[trials]), confidence) + row[at:] for row in rows]
+
+
+def _mean(scores: list[float | None], weights: Sequence[int]) -> float | None:
+    """The mean over tasks grouped in cells, `weights[j]` tasks of score `scores[j]` each,
+    leaving out the cells scored None."""
+    known = [(score, weight) for score, weight in zip(scores, weights) if score is not None]
+    total = sum(weight for _, weight in known)
+    return sum(score * weight for score, weight in known) / total if total else None
+
+
+def _bootstrap_means(scores: list[list[float | None]], weights: list[int], values: Mapping[str, Any],
+                     rng: random.Random) -> list[tuple[float, float] | tuple[None, None]]:
+    """For each list of cell scores, the percentile interval of _mean over resamples of the
+    tasks with replacement (bootstrap_counts: one draw shared by every list). A resample that
+    draws only cells scored None gives that list no mean."""
+    confidence, resamples = _uncertainty(values)
+    # Per list: the cells scored, and their scores, so a resample costs one sum of products.
+    known = [[j for j, score in enumerate(cell_scores) if score is not None] for cell_scores in scores]
+    known_scores = [[cell_scores[j] for j in cells] for cell_scores, cells in zip(scores, known)]
+    means: list[list[float]] = [[] for _ in scores]
+    for counts in bootstrap_counts(weights, resamples, rng):
+        for cells, cell_scores, out in zip(known, known_scores, means):
+            drawn = counts if len(cells) == len(counts) else [counts[j] for j in cells]
+            total = sum(drawn)
+            if total:
+                out.append(sum(map(mul, cell_scores, drawn)) / total)
+    return [percentile_interval(out, confidence) for out in means]
 
 
 def _pass_at_k_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
                     ) -> tuple[list[str], Rows]:
     ks: IntList = values["k"]
-    k_columns = [f"pass@{k}" for k in ks]
+    _uncertainty(values)  # checked with --per-task too, which has no interval
     if values["per_task"]:  # one row per task: its (n, c) counted once
-        return ["run_key", "task", "n", "c", *k_columns], [
+        return ["run_key", "task", "n", "c", *(f"pass@{k}" for k in ks)], [
             (run, task, n, c, *(pass_at_k(n, c, k) for k in ks)) for run, task, n, c, _ in rows]
     per_run = []
     for run, group in groupby(rows, key=lambda row: row[0]):
-        cells = [(n, c, tasks) for _, _, n, c, tasks in group]
-        means = []
-        for k in ks:
-            known = [(p, tasks) for n, c, tasks in cells if (p := pass_at_k(n, c, k)) is not None]
-            covered = sum(tasks for _, tasks in known)
-            means.append(sum(p * tasks for p, tasks in known) / covered if covered else None)
-        per_run.append((run, sum(tasks for *_, tasks in cells), min(n for n, _, _ in cells), *means))
+        cells = [(int(n), int(c), int(tasks)) for _, _, n, c, tasks in group]  # a task's pass@k is its cell's
+        weights = [tasks for *_, tasks in cells]
+        scores = [[pass_at_k(n, c, k) for n, c, _ in cells] for k in ks]
+        # Seeded per run, so that a run's interval is the same whichever other runs are shown.
+        intervals = _bootstrap_means(scores, weights, values, random.Random(f"{values['seed']}:{run}"))
+        estimates = [value for score, interval in zip(scores, intervals)
+                     for value in (_mean(score, weights), *interval)]
+        per_run.append((run, sum(weights), min(n for n, _, _ in cells), *estimates))
+    k_columns = [column for k in ks for column in (f"pass@{k}", f"pass@{k}_low", f"pass@{k}_high")]
     return ["run_key", "tasks", "min_attempts", *k_columns], per_run
+
+
+def _compare_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+                  ) -> tuple[list[str], Rows]:
+    if values["flipped"]:
+        flip = columns.index("flip")
+        rows = [row for row in rows if row[flip] is not None]
+    return columns, rows
+
+
+_COMPARE_TEST_COLUMNS = ["a", "b", "shared", "gained", "lost", "p_value", "pass_rate_a", "pass_rate_b",
+                         "diff", "diff_low", "diff_high", "verdict"]
+
+
+def _compare_test_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+                       ) -> tuple[list[str], Rows]:
+    """compare's per-task rows as one row: McNemar's exact test and the paired bootstrap."""
+    confidence, _ = _uncertainty(values)
+    # PostgreSQL sums bigints as numeric: counts come as Decimals there.
+    shared = [(int(a_n), int(a_c), int(b_n), int(b_c)) for _, a_n, a_c, b_n, b_c, _ in rows if a_n and b_n]
+    gained = sum(1 for _, a_c, _, b_c in shared if a_c == 0 and b_c > 0)
+    lost = sum(1 for _, a_c, _, b_c in shared if a_c > 0 and b_c == 0)
+    p_value = mcnemar_exact(gained, lost)
+    # A task's pass rate is its share of successful attempts; a run's, their mean over the
+    # shared tasks. The difference B - A is resampled over the tasks, as pairs, from the cells of
+    # tasks with one difference (sorted, so the draws do not depend on the tasks' order).
+    cells = sorted(Counter(b_c / b_n - a_c / a_n for a_n, a_c, b_n, b_c in shared).items())
+    differences, weights = [d for d, _ in cells], [tasks for _, tasks in cells]
+    rate_a = sum(a_c / a_n for a_n, a_c, _, _ in shared) / len(shared) if shared else None
+    rate_b = sum(b_c / b_n for _, _, b_n, b_c in shared) / len(shared) if shared else None
+    [(low, high)] = _bootstrap_means([differences], weights, values, random.Random(values["seed"]))
+    level = 1 - confidence
+    if len(shared) < MIN_SHARED_TASKS:
+        verdict = "too few shared tasks"
+    elif mcnemar_exact(gained + lost, 0) > level:  # even all going one way would not be significant
+        verdict = "too few discordant tasks"
+    elif p_value < level:
+        verdict = "B better" if gained > lost else "A better"
+    else:
+        verdict = "no significant difference"
+    return _COMPARE_TEST_COLUMNS, [(values["a"], values["b"], len(shared), gained, lost, p_value,
+                                    rate_a, rate_b, _mean(differences, weights), low, high, verdict)]
+
+
+def _compare_footnote(url: URL | str, values: Mapping[str, Any], filters: Filters, timeout: float) -> str:
+    """compare-test's row in one line, for a reader of compare's table (narrowed alike)."""
+    test = QUERIES["compare-test"]
+    given = test.values({p.name: values[p.name] for p in test.params})
+    result = run_canned(url, test, given, filters=filters, timeout=timeout)
+    row = dict(zip(result.columns, result.rows[0]))
+    if not row["shared"]:
+        return "compare: the runs share no task"
+    return (f"compare: {row['verdict']}: {row['shared']} shared tasks, B gained {row['gained']} and lost "
+            f"{row['lost']} (McNemar exact p = {row['p_value']:.3g}); pass rate B - A = {row['diff']:+.3f}, "
+            f"{given['confidence'] * 100:g}% interval {row['diff_low']:+.3f} to {row['diff_high']:+.3f} "
+            f"(paired bootstrap, {given['resamples']} resamples, seed {given['seed']})")
 
 
 _LENGTH_MEASURES = ("turns", "chars", "input_tokens", "output_tokens")
@@ -125,19 +258,33 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         sql=sql_file("runs"),
         post=_runs_post,
         summary_sql=sql_file("runs_summary"),
+        filter_slots={"filters": _trial_columns("tr"), "filters_t2": _trial_columns("t2"),
+                      "filters_runs": _RUN_COLUMNS},
+        summary_filter_slots={"filters_b": _trial_columns("b"), "filters_runs": _RUN_COLUMNS},
     ),
     CannedQuery(
         name="pass-rate",
         description=(
-            "Trials, successes, pass rate, mean reward and errors, grouped by run, model or agent."
+            "Trials, successes, pass rate with its confidence interval, mean reward and errors, "
+            "grouped by run, model, agent or a run label.\n\n"
+            "--by label:KEY groups the runs by their label KEY (a sweep's step=…), in the label's "
+            "order, numbers as numbers; runs without the label make the last group (empty).\n\n"
+            "pass_rate_low and pass_rate_high bound the pass rate at --confidence (default 0.95): "
+            "the Wilson score interval for successes out of trials, which treats the trials as "
+            "independent. Attempts at one task are alike, so a run with many per task is surer of "
+            "this than it should be: pass-at-k's pass@1 interval resamples tasks instead."
         ),
         params=(
-            Param("by", str, "run", "Group by run, model or agent.", choices=("run", "model", "agent")),
+            Param("by", str, "run", "Group by run, model, agent or label:KEY.", choices=("run", "model", "agent"),
+                  by_label=True),
             THRESHOLD,
+            CONFIDENCE,
         ),
         sql=sql_file("pass_rate"),
         post=_pass_rate_post,
         summary_sql=sql_file("pass_rate_summary"),
+        filter_slots={"filters": _trial_columns("tr")},
+        summary_filter_slots={"filters": _trial_columns("b")},
     ),
     CannedQuery(
         name="solve-matrix",
@@ -153,39 +300,80 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         ),
         sql=sql_file("solve_matrix"),
         summary_sql=sql_file("solve_matrix_summary"),
+        filter_slots={"filters": _trial_columns("tr")},
     ),
     CannedQuery(
         name="pass-at-k",
         description=(
-            "Unbiased pass@k per run (the mean over its tasks), or per task and run with --per-task.\n\n"
+            "Unbiased pass@k per run (the mean over its tasks) with its bootstrap interval, or per "
+            "task and run with --per-task.\n\n"
             "pass@k = 1 - C(n-c, k) / C(n, k) for a task attempted n times with c successes. It is "
             "empty (NULL) for a task with fewer than k attempts, and a run's mean covers only the "
-            "tasks with at least k attempts: min_attempts shows when some were left out."
+            "tasks with at least k attempts: min_attempts shows when some were left out.\n\n"
+            "pass@k_low and pass@k_high bound a run's mean at --confidence (default 0.95): the "
+            "percentile interval of the mean over --resamples (default 2000) resamples of the run's "
+            "tasks with replacement, drawn from a generator seeded with --seed (default 0) and the "
+            "run's key, so the same command gives the same interval. --per-task rows have none."
         ),
         params=(
             Param("k", IntList, "1,5,10", "The k values, separated by commas."),
             Param("per_task", bool, False, "One row per run and task, with n and c, instead of per run."),
             THRESHOLD,
+            CONFIDENCE,
+            RESAMPLES,
+            SEED,
         ),
         sql=sql_file("pass_at_k"),
         post=_pass_at_k_post,
         summary_sql=sql_file("pass_at_k_summary"),
+        filter_slots={"filters": _trial_columns("tr")},
     ),
     CannedQuery(
         name="compare",
         description=(
-            "Two runs side by side per task: attempts and successes in --a and --b.\n\n"
+            "Two runs side by side per task: attempts and successes in A and B.\n\n"
+            "A run is its key, a unique prefix of the key, or its name.\n\n"
             "A run solves a task when at least one attempt succeeded. flip is 'gained' (unsolved in "
-            "A, solved in B), 'lost' (the reverse) or empty; tasks only one run attempted never flip."
+            "A, solved in B), 'lost' (the reverse) or empty; tasks only one run attempted never flip. "
+            "As a table, compare-test's verdict follows on stderr, in one line."
         ),
         params=(
-            Param("a", str, None, "The run_key of the first run.", required=True, names_run=True),
-            Param("b", str, None, "The run_key of the second run.", required=True, names_run=True),
+            RUN_A,
+            RUN_B,
             Param("flipped", bool, False, "Only the tasks that flipped, either way."),
             THRESHOLD,
+            CONFIDENCE,
+            RESAMPLES,
+            SEED,
         ),
         sql=sql_file("compare"),
+        post=_compare_post,
         summary_sql=sql_file("compare_summary"),
+        filter_slots={"filters": _trial_columns("tr")},
+        footnote=_compare_footnote,
+    ),
+    CannedQuery(
+        name="compare-test",
+        description=(
+            "Is B better than A, or is the gap noise? A paired test over the tasks both runs "
+            "attempted, in one row.\n\n"
+            "shared counts those tasks; gained and lost the ones B solved and A did not, and the "
+            "reverse (a run solves a task when an attempt succeeded). p_value is McNemar's exact "
+            "test: two-sided, the chance of a split of the gained + lost tasks at least this uneven "
+            "if each went either way with chance 1/2. pass_rate_a/_b are the runs' mean share of "
+            "successful attempts over the shared tasks; diff is B - A, and diff_low/diff_high its "
+            "interval at --confidence (default 0.95): the paired bootstrap, the shared tasks "
+            "resampled with replacement --resamples times (default 2000) from a generator seeded "
+            "with --seed (default 0).\n\n"
+            "verdict: 'too few shared tasks' under 10; 'too few discordant tasks' when even every "
+            "one of gained + lost going one way would not be significant (under 6 at 0.95); else "
+            "'B better' or 'A better' when p_value < 1 - confidence, or 'no significant difference'."
+        ),
+        params=(RUN_A, RUN_B, THRESHOLD, CONFIDENCE, RESAMPLES, SEED),
+        sql=sql_file("compare"),
+        post=_compare_test_post,
+        summary_sql=sql_file("compare_summary"),
+        filter_slots={"filters": _trial_columns("tr")},
     ),
     CannedQuery(
         name="failures",
@@ -196,6 +384,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         params=(),
         sql=sql_file("failures"),
         summary_sql=sql_file("failures_summary"),
+        filter_slots={"filters": _trial_columns("tr"), "filters_t2": _trial_columns("t2")},
+        summary_filter_slots={"filters": _trial_columns("b")},
     ),
     CannedQuery(
         name="lengths",
@@ -211,5 +401,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         post=_lengths_post,
         summary_sql=sql_file("lengths_summary"),
         summary_post=_lengths_by_rank,
+        filter_slots={"filters": _trial_columns("tr")},
+        summary_filter_slots={"filters_runs": _RUN_COLUMNS},
+        narrowed_sql=sql_file("lengths_narrowed"),  # trial_lengths has no task, model or agent
     ),
 )}

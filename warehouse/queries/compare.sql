@@ -1,5 +1,6 @@
 -- Two runs side by side, per task. A run solves a task when one of its attempts succeeded
--- (reward >= --threshold); `flip` says how that changed from run --a to run --b.
+-- (reward >= --threshold); `flip` says how that changed from run --a to run --b. --flipped keeps
+-- the flipped rows in Python (catalog._compare_post), so compare-test reads the same statement.
 WITH cell AS (
     SELECT tk.name AS task,
            sum(CASE WHEN r.run_key = :a THEN 1 ELSE 0 END) AS a_attempts,
@@ -9,7 +10,7 @@ WITH cell AS (
     FROM trials tr
     JOIN runs r ON r.id = tr.run_id
     JOIN tasks tk ON tk.id = tr.task_id
-    WHERE r.run_key IN (:a, :b)
+    WHERE r.run_key IN (:a, :b) AND {filters}
     GROUP BY tk.name
 ), flips AS (
     SELECT cell.*,
@@ -21,5 +22,4 @@ WITH cell AS (
 )
 SELECT task, a_attempts, a_successes, b_attempts, b_successes, flip
 FROM flips
-WHERE (:flipped = 0 OR flip IS NOT NULL)
 ORDER BY task

@@ -5,7 +5,7 @@ WITH cell AS (
            sum(CASE WHEN r.run_key = :a THEN o.n_successes ELSE 0 END) AS a_successes,
            sum(CASE WHEN r.run_key = :b THEN o.n_trials ELSE 0 END) AS b_attempts,
            sum(CASE WHEN r.run_key = :b THEN o.n_successes ELSE 0 END) AS b_successes
-    FROM run_task_outcomes o
+    FROM {outcomes} o
     JOIN runs r ON r.id = o.run_id
     WHERE r.run_key IN (:a, :b) AND o.task_id IS NOT NULL
     GROUP BY o.task_id
@@ -20,5 +20,4 @@ WITH cell AS (
 )
 SELECT task, a_attempts, a_successes, b_attempts, b_successes, flip
 FROM flips
-WHERE (:flipped = 0 OR flip IS NOT NULL)
 ORDER BY task

@@ -24,4 +24,5 @@ SELECT r.run_key,
 FROM trials tr
 JOIN runs r ON r.id = tr.run_id
 LEFT JOIN own ON own.trial_id = tr.id
+WHERE {filters}
 ORDER BY r.run_key

@@ -7,7 +7,7 @@ WITH cell AS (
            count(*) AS n,
            sum(CASE WHEN tr.reward >= :threshold THEN 1 ELSE 0 END) AS c
     FROM trials tr
-    WHERE tr.task_id IS NOT NULL
+    WHERE tr.task_id IS NOT NULL AND {filters}
     GROUP BY tr.run_id, tr.task_id
 )
 SELECT r.run_key, CASE WHEN :per_task = 1 THEN tk.name END AS task, cell.n, cell.c,

@@ -1,8 +1,10 @@
 -- Pass rate grouped by run, model or agent (--by). A trial succeeds when reward >= --threshold;
 -- a trial without a reward is an attempt that failed. A model is its model_name: `model` without
--- its provider prefix, so one model served by several providers is one group.
+-- its provider prefix, so one model served by several providers is one group. `label:KEY` groups
+-- the runs by their label KEY (runs without it: NULL), ordered as numbers in Python.
 SELECT
-    CASE :by WHEN 'model' THEN tr.model_name WHEN 'agent' THEN tr.agent ELSE r.run_key END AS grp,
+    CASE WHEN :by = 'model' THEN tr.model_name WHEN :by = 'agent' THEN tr.agent
+         WHEN substr(:by, 1, 6) = 'label:' THEN l.value ELSE r.run_key END AS grp,
     count(*) AS trials,
     sum(CASE WHEN tr.reward >= :threshold THEN 1 ELSE 0 END) AS successes,
     CAST(sum(CASE WHEN tr.reward >= :threshold THEN 1 ELSE 0 END) AS DOUBLE PRECISION)
@@ -11,5 +13,7 @@ SELECT
     count(tr.exception_type) AS errors
 FROM trials tr
 JOIN runs r ON r.id = tr.run_id
+LEFT JOIN run_labels l ON l.run_id = r.id AND l.key = substr(:by, 7)
+WHERE {filters}
 GROUP BY 1
 ORDER BY 1

@@ -11,13 +11,14 @@ WITH g AS (
            sum(b.n_rewards) AS rewards,
            sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END) AS errors
     FROM run_task_breakdown b
+    WHERE {filters}
     GROUP BY b.run_id, b.agent, b.model
 )
 SELECT
-    CASE :by
-        WHEN 'model' THEN substr(g.model, length(rtrim(g.model, replace(g.model, '/', ''))) + 1)
-        WHEN 'agent' THEN g.agent
-        ELSE r.run_key END AS grp,
+    CASE WHEN :by = 'model' THEN substr(g.model, length(rtrim(g.model, replace(g.model, '/', ''))) + 1)
+         WHEN :by = 'agent' THEN g.agent
+         WHEN substr(:by, 1, 6) = 'label:' THEN l.value
+         ELSE r.run_key END AS grp,
     sum(g.trials) AS trials,
     sum(g.successes) AS successes,
     CAST(sum(g.successes) AS DOUBLE PRECISION) / sum(g.trials) AS pass_rate,
@@ -25,5 +26,6 @@ SELECT
     sum(g.errors) AS errors
 FROM g
 JOIN runs r ON r.id = g.run_id
+LEFT JOIN run_labels l ON l.run_id = g.run_id AND l.key = substr(:by, 7)
 GROUP BY 1
 ORDER BY 1

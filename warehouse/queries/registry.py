@@ -9,6 +9,16 @@ statement answering the same from the summary tables (warehouse.summaries), whic
 the default --threshold needs: that one runs whenever the threshold is the default (or the query
 has none), the definition for any other threshold. Both must give the same columns and rows; the
 tests compare them.
+
+Every query can be narrowed (warehouse.filters: --run, --task, --model, --agent, --label). Its
+statements say where: a slot `{name}` in the SQL is filled with the filters' predicate over the
+column expressions the query declares for that slot (`filter_slots`, `summary_filter_slots`); a
+slot whose name ends in `_runs` takes only the filters that pick runs. The summary statements read
+`{outcomes}` instead of run_task_outcomes: the table itself when nothing narrows, else its rows
+narrowed, or, for --model or --agent (which it does not hold), the same sums from
+run_task_breakdown's rows of those models and agents. So filters keep the summaries' speed.
+`{trials_narrowed}` is 1 when the filters pick trials within runs. A query whose summaries
+cannot narrow by task, model or agent (lengths) has a third statement for that (`narrowed_sql`).
 """
 
 from __future__ import annotations
@@ -19,11 +29,13 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 
 from warehouse.errors import WarehouseError
-from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, ReadSession, readonly_session
+from warehouse.filters import Filters
+from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, readonly_session
+from warehouse.runs import resolve_run
 from warehouse.summaries import SUCCESS_THRESHOLD
 
 
@@ -53,7 +65,12 @@ class Param:
     help: str
     choices: tuple[str, ...] = ()
     required: bool = False
-    names_run: bool = False  # the value is a run_key, checked to exist before the query runs
+    # The value names a run (a key, a unique prefix, a name: warehouse.runs.resolve_run), which
+    # becomes its run_key before the query runs.
+    names_run: bool = False
+    positional: bool = False  # on the command line an argument (`compare A B`); --name still works
+    # Also `label:KEY` (`--by label:step`): group by a run label.
+    by_label: bool = False
 
     @property
     def option(self) -> str:
@@ -71,8 +88,13 @@ class Param:
         if self.type is IntList:
             return IntList.parse(value)
         value = self.type(getattr(value, "value", value))  # Enum members from the CLI
+        if self.by_label and str(value).startswith("label:"):
+            if not value[len("label:"):]:
+                raise WarehouseError(f"{self.option} label:KEY needs a label key")
+            return value
         if self.choices and value not in self.choices:
-            raise WarehouseError(f"{self.option} must be one of {', '.join(self.choices)}, not {value!r}")
+            allowed = ", ".join((*self.choices, "label:KEY") if self.by_label else self.choices)
+            raise WarehouseError(f"{self.option} must be one of {allowed}, not {value!r}")
         return value
 
 
@@ -81,6 +103,8 @@ Rows = list[tuple[Any, ...]]
 Read = Callable[[str, Mapping[str, Any]], Rows]
 # (columns, rows, parameter values, read) -> (columns, rows), for what SQL cannot do portably.
 PostProcess = Callable[[list[str], Rows, Mapping[str, Any], Read], tuple[list[str], Rows]]
+# (database URL, parameter values, filters, timeout) -> one line the CLI prints on stderr after a table.
+Footnote = Callable[[URL | str, Mapping[str, Any], "Filters", float], str]
 
 
 @dataclass(frozen=True)
@@ -94,6 +118,15 @@ class CannedQuery:
     summary_sql: str | None = None
     # How summary_sql's rows are finished, where that differs from `post`.
     summary_post: PostProcess | None = field(default=None, compare=False)
+    # Per slot of `sql` / `summary_sql` (module docstring), the column expressions a filter may
+    # use: run_id, task, model, agent (warehouse.filters.Filters.sql).
+    filter_slots: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
+    summary_filter_slots: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
+    # Where summary_sql cannot narrow by task, model or agent: a statement that can, from the
+    # summaries and the trials' own columns (no episode read); filled as `sql` and finished by `post`.
+    narrowed_sql: str | None = None
+    # What a reader of the table should know besides its rows (compare: its test's verdict).
+    footnote: Footnote | None = field(default=None, compare=False)
 
     @property
     def summary(self) -> str:
@@ -106,9 +139,12 @@ class CannedQuery:
             raise WarehouseError(f"query {self.name} has no parameter {', '.join(sorted(unknown))}")
         return {p.name: p.convert(given.get(p.name, p.default)) for p in self.params}
 
-    def plan(self, values: Mapping[str, Any], summaries: bool = True) -> tuple[str, PostProcess | None]:
-        """The statement that answers these values, and its post-processing."""
+    def plan(self, values: Mapping[str, Any], summaries: bool = True, filters: Filters | None = None
+             ) -> tuple[str, PostProcess | None]:
+        """The statement that answers these values (and filters), and its post-processing."""
         summarized = values.get("threshold", SUCCESS_THRESHOLD) == SUCCESS_THRESHOLD
+        if summaries and summarized and filters and filters.narrows_trials and self.narrowed_sql is not None:
+            return self.narrowed_sql, self.post
         if summaries and summarized and self.summary_sql is not None:
             return self.summary_sql, self.summary_post or self.post
         return self.sql, self.post
@@ -125,16 +161,21 @@ def bind_names(sql: str) -> frozenset[str]:
 
 
 def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | None = None, *,
-               timeout: float = DEFAULT_TIMEOUT, summaries: bool = True) -> ReadResult:
-    """Run a canned query, read-only. `summaries=False` answers from the base tables even where
-    the summary tables could: the definition, which the tests hold the summaries to."""
+               filters: Filters | None = None, timeout: float = DEFAULT_TIMEOUT,
+               summaries: bool = True) -> ReadResult:
+    """Run a canned query, read-only, narrowed by `filters`. `summaries=False` answers from the
+    base tables even where the summary tables could: the definition, which the tests hold the
+    summaries to."""
     values = query.values(given or {})
-    sql, post = query.plan(values, summaries)
+    filters = filters or Filters()
+    sql, post = query.plan(values, summaries, filters)
+    slots = query.summary_filter_slots if sql is query.summary_sql else query.filter_slots
     with readonly_session(url, timeout=timeout) as session:
         for param in query.params:
             if param.names_run and values[param.name] is not None:
-                _check_run_exists(session, values[param.name])
-        binds = {name: values[name] for name in bind_names(sql)}
+                values[param.name] = resolve_run(session.connection, values[param.name]).run_key
+        sql, filter_binds = narrow(sql, slots, filters, session.connection)
+        binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
         # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
         result = session.fetch(sql, binds, max_rows=None)
         if post is None:
@@ -144,7 +185,42 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
     return ReadResult(columns, rows)
 
 
-def _check_run_exists(session: ReadSession, run_key: str) -> None:
-    found = session.fetch("SELECT count(*) FROM runs WHERE run_key = :k", {"k": run_key}, max_rows=1)
-    if not found.rows[0][0]:
-        raise WarehouseError(f"no run {run_key!r} (warehouse query runs lists them)")
+# run_task_outcomes' rows from run_task_breakdown's, which hold agent and model: exact for any
+# subset of agents and models, since the outcomes are the breakdown summed over them.
+_OUTCOMES_FROM_BREAKDOWN = """(SELECT b.run_id, b.task_id, sum(b.n_trials) AS n_trials,
+        sum(b.n_complete) AS n_complete, sum(b.n_incomplete) AS n_incomplete,
+        sum(b.n_successes) AS n_successes, sum(b.n_rewards) AS n_rewards, sum(b.reward_sum) AS reward_sum,
+        sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END) AS n_errors,
+        min(b.first_started) AS first_started, max(b.last_started) AS last_started,
+        sum(b.n_with_trajectory) AS n_with_trajectory, sum(b.n_with_input_tokens) AS n_with_input_tokens,
+        sum(b.n_with_output_tokens) AS n_with_output_tokens
+    FROM run_task_breakdown b WHERE {predicate} GROUP BY b.run_id, b.task_id)"""
+
+
+def narrow(sql: str, slots: Mapping[str, Mapping[str, str]], filters: Filters, conn: Connection
+           ) -> tuple[str, dict[str, Any]]:
+    """`sql` with its filter slots filled (module docstring), and the binds they need."""
+    binds: dict[str, Any] = {}
+
+    def predicate(part: Filters, columns: Mapping[str, str]) -> str:
+        where, more = part.sql(conn, **columns)
+        binds.update(more)
+        return where
+
+    for slot, columns in slots.items():
+        part = filters.runs_only() if slot.endswith("_runs") else filters
+        sql = sql.replace("{" + slot + "}", predicate(part, columns))
+    if "{outcomes}" in sql:
+        sql = sql.replace("{outcomes}", _outcomes(filters, predicate))
+    return sql.replace("{trials_narrowed}", "1" if filters.narrows_trials else "0"), binds
+
+
+def _outcomes(filters: Filters, predicate: Callable[[Filters, Mapping[str, str]], str]) -> str:
+    """What a summary statement reads for run_task_outcomes under these filters."""
+    if not filters:
+        return "run_task_outcomes"
+    if filters.models or filters.agents:
+        return _OUTCOMES_FROM_BREAKDOWN.format(predicate=predicate(filters, {
+            "run_id": "b.run_id", "task_id": "b.task_id", "model": "b.model", "agent": "b.agent"}))
+    where = predicate(filters, {"run_id": "o_f.run_id", "task_id": "o_f.task_id"})
+    return f"(SELECT * FROM run_task_outcomes o_f WHERE {where})"

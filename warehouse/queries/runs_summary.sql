@@ -1,5 +1,5 @@
 -- runs.sql from the summary tables (run_task_outcomes, run_task_breakdown, run_sources): the
--- same columns and rows.
+-- same columns and rows; the outcomes it reads are narrowed by the filters (registry.py).
 SELECT
     r.run_key,
     coalesce(sum(o.n_trials), 0) AS trials,
@@ -10,10 +10,10 @@ SELECT
     coalesce(sum(o.n_errors), 0) AS errors,
     (SELECT string_agg(a.agent, ', ')
        FROM (SELECT DISTINCT b.agent FROM run_task_breakdown b
-              WHERE b.run_id = r.id AND b.agent IS NOT NULL ORDER BY b.agent) a) AS agents,
+              WHERE b.run_id = r.id AND b.agent IS NOT NULL AND {filters_b} ORDER BY b.agent) a) AS agents,
     (SELECT string_agg(m.model, ', ')
        FROM (SELECT DISTINCT b.model FROM run_task_breakdown b
-              WHERE b.run_id = r.id AND b.model IS NOT NULL ORDER BY b.model) m) AS models,
+              WHERE b.run_id = r.id AND b.model IS NOT NULL AND {filters_b} ORDER BY b.model) m) AS models,
     min(o.first_started) AS first_started,
     max(o.last_started) AS last_started,
     (SELECT string_agg(s.name, ', ')
@@ -22,6 +22,8 @@ SELECT
               WHERE rs.run_id = r.id ORDER BY src.name) s) AS sources,
     r.name
 FROM runs r
-LEFT JOIN run_task_outcomes o ON o.run_id = r.id
+LEFT JOIN {outcomes} o ON o.run_id = r.id
+WHERE {filters_runs}
 GROUP BY r.id, r.run_key, r.name
+HAVING {trials_narrowed} = 0 OR count(o.run_id) > 0
 ORDER BY r.run_key

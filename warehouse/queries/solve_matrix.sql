@@ -1,5 +1,6 @@
 -- Attempts and successes of every task in every run that attempted it. A task is solved by a
--- run when at least one of its attempts succeeded (reward >= --threshold).
+-- run when at least one of its attempts succeeded (reward >= --threshold). The filters narrow the
+-- trials, so runs_solved / runs_attempted count among the runs asked for.
 WITH cell AS (
     SELECT tk.name AS task, r.run_key,
            count(*) AS attempts,
@@ -7,6 +8,7 @@ WITH cell AS (
     FROM trials tr
     JOIN runs r ON r.id = tr.run_id
     JOIN tasks tk ON tk.id = tr.task_id
+    WHERE {filters}
     GROUP BY tk.name, r.run_key
 ), per_task AS (
     SELECT task,

@@ -1,10 +1,13 @@
 """The arithmetic the canned queries finish in Python: where portable SQL cannot do it
-(pass@k's products, percentiles) or cannot do it readably."""
+(pass@k's products, percentiles, confidence intervals, tests) or cannot do it readably."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import random
+from bisect import bisect
+from collections.abc import Iterator, Sequence
+from itertools import accumulate
 
 
 def pass_at_k(n: int, c: int, k: int) -> float | None:
@@ -43,3 +46,135 @@ def percentile_ranks(n: int, p: float) -> tuple[int, int, float]:
 
 def interpolate(low: float, high: float, fraction: float) -> float:
     return low + (high - low) * fraction
+
+
+# --- uncertainty -------------------------------------------------------------------------------
+# No numpy or scipy at run time: the normal quantile is the stdlib's, the binomial tail is summed
+# exactly, and the bootstrap draws with random.Random(seed), so every answer is reproducible.
+
+def normal_quantile(p: float) -> float:
+    """The standard normal distribution's p-quantile (0 < p < 1)."""
+    from statistics import NormalDist  # imported here: most queries never need it
+
+    return NormalDist().inv_cdf(p)
+
+
+def wilson_interval(successes: int, trials: int, confidence: float = 0.95
+                    ) -> tuple[float, float] | tuple[None, None]:
+    """The Wilson score interval for a rate of successes out of trials: the rates p whose
+    normal test |successes/trials - p| / sqrt(p(1-p)/trials) does not reject at this confidence.
+    Unlike the textbook p ± z·se it stays inside [0, 1] and is not zero-width at 0 or 1.
+    (None, None) with no trials."""
+    if trials == 0:
+        return None, None
+    z = normal_quantile(1 - (1 - confidence) / 2)
+    z2 = z * z
+    rate = successes / trials
+    scale = 1 + z2 / trials
+    centre = (rate + z2 / (2 * trials)) / scale
+    half = z / scale * math.sqrt(rate * (1 - rate) / trials + z2 / (4 * trials * trials))
+    # At 0 or 1 successes the bound is exactly the rate; arithmetic would leave a hair off.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == trials else min(1.0, centre + half)
+    return low, high
+
+
+# Up to here binomial tails are summed in exact integers; past it in log space (fast, and
+# exact to float precision either way).
+_EXACT_BINOMIAL_MAX = 1000
+
+
+def mcnemar_exact(gained: int, lost: int) -> float:
+    """McNemar's exact test of paired solved/unsolved outcomes: the two-sided p-value of
+    `gained` tasks solved only by B against `lost` solved only by A, under the null that each
+    such discordant task goes either way with chance 1/2 (the tasks both or neither solved
+    carry no information). p = min(1, 2 · sum_{i <= min(gained, lost)} C(d, i) / 2^d), d their sum."""
+    d, m = gained + lost, min(gained, lost)
+    if 2 * m >= d:  # gained == lost (or d = 0): no split is more even than this one
+        return 1.0
+    if d <= _EXACT_BINOMIAL_MAX:
+        return min(1.0, 2 * sum(math.comb(d, i) for i in range(m + 1)) / 2 ** d)
+    log_terms = [math.lgamma(d + 1) - math.lgamma(i + 1) - math.lgamma(d - i + 1) - d * math.log(2)
+                 for i in range(m + 1)]
+    top = max(log_terms)
+    return min(1.0, 2 * math.exp(top) * math.fsum(math.exp(t - top) for t in log_terms))
+
+
+class _Binomial:
+    """Binomial(n, p), drawn by inversion: its outcomes are laid out from the mode outwards,
+    one below and one above in turn (Kemp's alternating search), with their running total of
+    probability, and a draw u in [0, 1) is the outcome where that total first passes u. The
+    layout is extended only as far as the draws so far have reached, a few standard deviations,
+    and kept, so that many draws cost one bisection each."""
+
+    def __init__(self, n: int, p: float):
+        self.n, self.odds = n, p / (1.0 - p)
+        mode = min(n, int((n + 1) * p))
+        at_mode = math.exp(math.lgamma(n + 1) - math.lgamma(mode + 1) - math.lgamma(n - mode + 1)
+                           + mode * math.log(p) + (n - mode) * math.log1p(-p))
+        self.outcomes, self.totals = [mode], [at_mode]
+        self.low = self.high = mode
+        self.at_low = self.at_high = at_mode
+
+    def draw(self, u: float) -> int:
+        while u >= self.totals[-1] and (self.low > 0 or self.high < self.n):
+            self._extend()
+        return self.outcomes[min(bisect(self.totals, u), len(self.outcomes) - 1)]
+
+    def _extend(self) -> None:
+        n, odds = self.n, self.odds
+        if self.low > 0:  # pmf(k - 1) = pmf(k) · k / ((n - k + 1) · odds)
+            self.at_low *= self.low / ((n - self.low + 1) * odds)
+            self.low -= 1
+            self.outcomes.append(self.low)
+            self.totals.append(self.totals[-1] + self.at_low)
+        if self.high < n:  # pmf(k + 1) = pmf(k) · (n - k) · odds / (k + 1)
+            self.at_high *= (n - self.high) * odds / (self.high + 1)
+            self.high += 1
+            self.outcomes.append(self.high)
+            self.totals.append(self.totals[-1] + self.at_high)
+
+
+def bootstrap_counts(weights: Sequence[int], resamples: int, rng: random.Random) -> Iterator[list[int]]:
+    """Resamples of sum(weights) items drawn with replacement from cells holding weights[j]
+    items each: how many draws fell in each cell, for each resample.
+
+    A statistic of tasks that depends only on each task's cell (its (n, c), its difference)
+    needs no more than these counts: a multinomial draw over the few cells, as conditional
+    binomials (cell j gets Binomial(draws left, its share of the items left)), instead of one
+    draw per task. Each (cell, draws left) keeps its _Binomial for the next resample."""
+    total = sum(weights)
+    in_and_after = list(accumulate(reversed(weights)))[::-1]  # items in cell j and the cells after it
+    shares = [weight / mass if mass else 0.0 for weight, mass in zip(weights, in_and_after)]
+    binomials: list[dict[int, _Binomial]] = [{} for _ in weights]  # per cell, by draws left
+    draw = rng.random
+    for _ in range(resamples):
+        left, counts = total, []
+        for share, known in zip(shares, binomials):
+            if left == 0 or share <= 0.0:
+                drawn = 0
+            elif share >= 1.0:
+                drawn = left
+            else:
+                binomial = known.get(left)
+                if binomial is None:
+                    binomial = known[left] = _Binomial(left, share)
+                u = draw()
+                # Most draws land in what is laid out already: one bisection (this loop is the
+                # bootstrap's whole cost, so it skips the method call then).
+                drawn = (binomial.outcomes[bisect(binomial.totals, u)] if u < binomial.totals[-1]
+                         else binomial.draw(u))
+            counts.append(drawn)
+            left -= drawn
+        yield counts
+
+
+def percentile_interval(statistics: Sequence[float], confidence: float
+                        ) -> tuple[float, float] | tuple[None, None]:
+    """The bootstrap percentile interval: the (1-confidence)/2 and (1+confidence)/2 quantiles of
+    the resampled statistics (interpolated as percentile() does). (None, None) with none."""
+    ordered = sorted(statistics)
+    if not ordered:
+        return None, None
+    return (percentile(ordered, (1 - confidence) / 2),  # type: ignore[return-value]
+            percentile(ordered, (1 + confidence) / 2))

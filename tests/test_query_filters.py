@@ -1,0 +1,223 @@
+"""Every canned query narrowed by --run, --task, --model, --agent and --label, on both backends.
+
+The rule the tests hold each query to: a filtered answer is the answer of a warehouse that holds
+only the trials the filter selects (loaded by the same writer, from the same units), and the
+summary statements give the same answer as the definitions under every filter, without reading
+the trials."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+import query_fixture
+from conftest import _fresh_pg
+from query_fixture import cli
+from warehouse.db import schema
+from warehouse.db.engine import make_engine, resolve_url
+from warehouse.errors import WarehouseError
+from warehouse.filters import Filters
+from warehouse.queries import QUERIES, run_canned
+from warehouse.queries.registry import narrow
+from warehouse.runs import resolve_run, set_labels
+
+# name: (the filters, which trials they select). run-b is named "beta"; run-b and run-c carry
+# kind=x, run-a kind=y (see _decorate).
+CASES: dict[str, tuple[Filters, Any]] = {
+    "run by key and name": (Filters.of(run=["run-a", "beta"]), lambda t: t.run_key in ("run-a", "run-b")),
+    "task": (Filters.of(task=["task1", "*3"]), lambda t: t.task_name in ("task1", "task3")),
+    "task glob ignoring case": (Filters.of(task="TASK?"), lambda t: t.task_name is not None),
+    "label": (Filters.of(label="kind=x"), lambda t: t.run_key in ("run-b", "run-c")),
+    "model": (Filters.of(model="m2"), lambda t: t.model == "m2"),
+    "agent": (Filters.of(agent="OPEN*"), lambda t: t.agent == "openhands"),
+    "several": (Filters.of(run=["run-a", "run-b"], task="task?", model="m1", label=["kind=y"]),
+                lambda t: t.run_key == "run-a" and t.task_name is not None and t.model == "m1"),
+}
+
+
+def _decorate(engine) -> None:
+    """Names and labels, the same in the whole warehouse and in each restricted one."""
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET name = 'beta' WHERE run_key = 'run-b'"))
+        for key, value in (("run-a", "y"), ("run-b", "x"), ("run-c", "x")):
+            run_id = conn.execute(text("SELECT id FROM runs WHERE run_key = :k"), {"k": key}).scalar()
+            if run_id is not None:
+                set_labels(conn, run_id, {"kind": value, "step": str(len(key) * ord(key[-1]))})
+
+
+@pytest.fixture
+def whole(engine, db_url) -> str:
+    query_fixture.build(engine)
+    _decorate(engine)
+    return db_url
+
+
+@contextmanager
+def _restricted(backend: str, tmp_path, request, keep) -> Iterator[str]:
+    """A second warehouse holding only the trials `keep` keeps."""
+    if backend == "sqlite":
+        urls: Iterator[str] = iter([f"sqlite:///{tmp_path / 'restricted.db'}"])
+    else:
+        urls = _fresh_pg(request.getfixturevalue("pg_template"))
+    url = next(urls)
+    engine = make_engine(resolve_url(url))
+    if backend == "sqlite":
+        schema.upgrade(engine)
+    query_fixture.build(engine, keep)
+    _decorate(engine)
+    engine.dispose()
+    try:
+        yield url
+    finally:
+        next(urls, None)  # drops the PostgreSQL database
+
+
+def _variants(name: str, runs: list[str]) -> list[dict[str, Any]]:
+    params = {p.name for p in QUERIES[name].params}
+    variants: list[dict[str, Any]] = [{}]
+    if "by" in params:
+        variants += [{"by": "model"}, {"by": "agent"}, {"by": "label:step"}, {"by": "label:kind"}]
+    if "unsolved" in params:
+        variants += [{"unsolved": True}, {"solved_by_all": True}]
+    if "per_task" in params:
+        variants += [{"per_task": True, "k": "1,2,3"}]
+    if "a" in params:
+        variants = [dict(v, a=runs[0], b=runs[-1]) for v in ({}, {"flipped": True}) if set(v) <= params]
+    if "threshold" in params:
+        variants += [dict(v, threshold=0.5) for v in variants]  # the definitions, filtered
+    return variants
+
+
+def _approx(rows: list[tuple]) -> list[tuple]:
+    return [tuple(pytest.approx(v) if isinstance(v, float) else v for v in row) for row in rows]
+
+
+def _answer(url: str, name: str, given: dict[str, Any], filters: Filters | None = None, *,
+            summaries: bool = True, trials_narrowed: bool = False) -> tuple[list[str], list[tuple]]:
+    result = run_canned(url, QUERIES[name], given, filters=filters, summaries=summaries)
+    columns, rows = result.columns, result.rows
+    if name == "runs" and trials_narrowed:
+        # A run's sources are the whole run's; a warehouse of some of its trials knows fewer.
+        keep = [i for i, c in enumerate(columns) if c != "sources"]
+        columns, rows = [columns[i] for i in keep], [tuple(row[i] for i in keep) for row in rows]
+    return columns, rows
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_filtered_answer_is_the_answer_over_the_trials_selected(case, whole, backend, tmp_path, request):
+    filters, keep = CASES[case]
+    with _restricted(backend, tmp_path, request, keep) as url:
+        runs = [row[0] for row in run_canned(url, QUERIES["runs"]).rows]
+        assert runs, case
+        compared = set()
+        for name in QUERIES:
+            for given in _variants(name, runs):
+                want = _answer(url, name, given, trials_narrowed=filters.narrows_trials)
+                got = _answer(whole, name, given, filters, trials_narrowed=filters.narrows_trials)
+                assert got[0] == want[0], (name, given)
+                assert got[1] == _approx(want[1]), (name, given)
+                compared.add(name)
+        assert compared == set(QUERIES)
+
+
+@pytest.mark.parametrize("name", list(QUERIES))
+def test_summaries_answer_as_the_definitions_do_under_every_filter(name, whole):
+    runs = [row[0] for row in run_canned(whole, QUERIES["runs"]).rows]
+    for case, (filters, _) in CASES.items():
+        for given in _variants(name, runs):
+            summarized = run_canned(whole, QUERIES[name], given, filters=filters)
+            defined = run_canned(whole, QUERIES[name], given, filters=filters, summaries=False)
+            assert summarized.columns == defined.columns, (case, given)
+            assert summarized.rows == _approx(defined.rows), (case, given)
+
+
+_READS_TRIALS = re.compile(r"\b(FROM|JOIN)\s+(trials|episodes|turns)\b", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("name", list(QUERIES))
+def test_filters_keep_the_summary_path(name, whole, engine):
+    """At the default threshold a filtered query still reads the summaries, never the trials;
+    the one exception: lengths narrowed within runs reads the trials' own columns beside
+    trial_lengths (which has no task, model or agent), never their episodes."""
+    query = QUERIES[name]
+    values = query.values({p.name: "run-a" for p in query.params if p.required})
+    for case, (filters, _) in CASES.items():
+        sql, _ = query.plan(values, filters=filters)
+        narrowed = name == "lengths" and filters.narrows_trials
+        assert sql is (query.narrowed_sql if narrowed else query.summary_sql), case
+        with engine.connect() as conn:
+            filled, binds = narrow(sql, query.filter_slots if narrowed else query.summary_filter_slots,
+                                   filters, conn)
+        reads = {m.group(2).lower() for m in _READS_TRIALS.finditer(filled)}
+        assert "{" not in filled and reads == ({"trials"} if narrowed else set()), (case, filled)
+        assert set(binds) <= {n for n in re.findall(r":(\w+)", filled)}, case
+
+
+def test_an_unknown_or_ambiguous_run_is_an_error_before_the_query(whole):
+    for name, query in QUERIES.items():
+        given = {p.name: "run-a" for p in query.params if p.required}
+        with pytest.raises(WarehouseError, match=r"^no run 'nope' \(`warehouse runs` lists them\)$"):
+            run_canned(whole, query, given, filters=Filters.of(run="nope"))
+        with pytest.raises(WarehouseError, match=r"^run 'run-' is ambiguous: it could be run-a, run-b \(beta\), run-c$"):
+            run_canned(whole, query, given, filters=Filters.of(run="run-"))
+    with pytest.raises(WarehouseError, match="^a label is key=value"):
+        Filters.of(label="kind")
+
+
+def test_pass_rate_by_label_orders_numbers_as_numbers(whole, engine):
+    # step labels: run-a 5*97 = 485, run-b 5*98 = 490, run-c 5*99 = 495; and kind: y, x, x.
+    rows = run_canned(whole, QUERIES["pass-rate"], {"by": "label:kind"}).rows
+    assert [row[:3] for row in rows] == [("x", 11, 4), ("y", 11, 4)]
+    with engine.begin() as conn:
+        for key, step in (("run-a", "10"), ("run-b", "9"), ("run-c", "1e2")):
+            set_labels(conn, resolve_run(conn, key).id, {"step": step})
+    result = run_canned(whole, QUERIES["pass-rate"], {"by": "label:step"})
+    assert result.columns[0] == "step"
+    assert [row[0] for row in result.rows] == ["9", "10", "1e2"]
+    unlabelled = run_canned(whole, QUERIES["pass-rate"], {"by": "label:nothing"}).rows
+    assert [row[:2] for row in unlabelled] == [(None, 22)]  # runs without the label: one group
+    with pytest.raises(WarehouseError, match="--by must be one of run, model, agent, label:KEY"):
+        run_canned(whole, QUERIES["pass-rate"], {"by": "task"})
+    with pytest.raises(WarehouseError, match="label:KEY needs a label key"):
+        run_canned(whole, QUERIES["pass-rate"], {"by": "label:"})
+
+
+# --- the command line ----------------------------------------------------------------------
+
+def test_cli_filters_every_query(whole):
+    for name, query in QUERIES.items():
+        positional = ["run-a", "beta"] if name in ("compare", "compare-test") else []
+        done = cli(whole, "query", name, *positional, "--run", "run-a", "--run", "beta", "--task", "task*",
+                   "--label", "kind=x", "--format", "json")
+        assert done.returncode == 0, (name, done.stderr)
+        want = run_canned(whole, query, dict(zip(("a", "b"), positional)),
+                          filters=Filters.of(run=["run-a", "beta"], task="task*", label="kind=x"))
+        assert json.loads(done.stdout) == [
+            {c: (v.isoformat() if hasattr(v, "isoformat") else v) for c, v in zip(want.columns, row)}
+            for row in want.rows], name
+        assert want.rows, name  # run-b's
+
+
+def test_cli_compare_takes_two_runs_by_position_or_option(whole):
+    by_position = cli(whole, "query", "compare", "run-a", "beta", "--format", "json")
+    by_option = cli(whole, "query", "compare", "--a", "run-a", "--b", "run-b", "--format", "json")
+    assert by_position.returncode == 0 and by_option.returncode == 0, by_position.stderr + by_option.stderr
+    assert json.loads(by_position.stdout) == json.loads(by_option.stdout) != []
+    ambiguous = cli(whole, "query", "compare", "run-", "run-a")
+    assert ambiguous.returncode == 1
+    assert ambiguous.stderr.strip().splitlines() == [
+        "Error: run 'run-' is ambiguous: it could be run-a, run-b (beta), run-c"]
+    missing = cli(whole, "query", "compare", "run-a")
+    assert missing.returncode == 2 and "missing B" in missing.stderr
+    twice = cli(whole, "query", "compare", "run-a", "run-b", "--a", "run-c")
+    assert twice.returncode == 2 and "given twice" in twice.stderr
+    bad_label = cli(whole, "query", "runs", "--label", "kind")
+    assert bad_label.returncode == 2 and "a label is key=value" in bad_label.stderr
+    by_label = cli(whole, "query", "pass-rate", "--by", "label:kind", "--format", "csv")
+    assert by_label.returncode == 0 and by_label.stdout.splitlines()[0].startswith("kind,trials")

@@ -1,0 +1,51 @@
+"""`warehouse report OUT.html`: the sweep as one self-contained page (warehouse.report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from warehouse.cli.app import app
+from warehouse.cli.context import state
+from warehouse.readonly import DEFAULT_TIMEOUT
+
+
+@app.command()
+def report(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Argument(help="The HTML file to write; refused if it exists, unless --force.")],
+    run: Annotated[Optional[list[str]], typer.Option(
+        "--run", help="Only this run (run key, unique prefix or name); repeatable.")] = None,
+    task: Annotated[Optional[list[str]], typer.Option(
+        "--task", help="Only tasks matching this glob (*, ?); repeatable. Refused until the canned queries "
+        "take filters (issue 17.3).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option(
+        "--label", help="Only runs with this label, KEY=VALUE; repeatable (a run must have all).")] = None,
+    by: Annotated[str, typer.Option(
+        "--by", help="Pass rate per run, model, agent, or per value of a run label (label:KEY).")] = "run",
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="Stop each query after this many seconds.")]
+    = DEFAULT_TIMEOUT,
+) -> None:
+    """Write an HTML report of the sweep: runs, pass rate with its interval, solve matrix,
+    failures and lengths.
+
+    One file with its charts' code inside: it opens offline, and nothing in the warehouse is
+    written. Needs plotly (the `report` extra)."""
+    from warehouse import report as building  # plotly and the charts: only for this command
+    from warehouse.filters import Filters
+
+    building.require_plotly()
+    building.check_out(out, force)  # before any query: a refusal costs nothing
+    filters = Filters.of(run=run, task=task, label=label)
+    info = building.write_report(state(ctx).read_engine(), out, filters=filters, by=by, force=force,
+                                 timeout=timeout)
+    counts = ", ".join(_count(n, what) for n, what in ((info.runs, "run"), (info.tasks, "task"),
+                                                       (len(info.charts), "chart")))
+    typer.echo(f"wrote {out}: {counts}, {info.bytes:,} bytes", err=True)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"

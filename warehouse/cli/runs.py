@@ -1,0 +1,84 @@
+"""`warehouse runs`: the runs, their names and labels; `runs rename`, `runs label`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from warehouse.cli.app import app
+from warehouse.cli.context import state
+from warehouse.cli.output import Format, FormatOption, echo_err, write_rows
+
+runs_app = typer.Typer(invoke_without_command=True,
+                       help="The runs: key, name, labels, trials, pass rate, sources.")
+app.add_typer(runs_app, name="runs")
+
+
+@runs_app.callback()
+def list_runs(
+    ctx: typer.Context,
+    sort: Annotated[Optional[str], typer.Option(
+        "--sort", help="key (default), name, or label:KEY (numbers as numbers).")] = None,
+    fmt: FormatOption = Format.table,
+) -> None:
+    """List the runs: key, name, labels, trials, pass rate (reward >= 1), sources.
+
+    A run is asked for anywhere by its key, a unique prefix of the key, or its name."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from warehouse.readonly import readonly_session
+    from warehouse.runs import list_runs as listing
+
+    with readonly_session(state(ctx).read_engine().url) as session:  # (its SQLite has string_agg)
+        columns, rows = listing(session.connection, sort)
+    write_rows(columns, rows, fmt)
+
+
+def _write(ctx: typer.Context):
+    """One write transaction under the ingest write lock (so it never meets an ingest's)."""
+    from contextlib import contextmanager
+
+    from ingest.bulk import lock_for_writing
+    from warehouse.db.session import write_transaction
+
+    @contextmanager
+    def transaction():
+        with write_transaction(state(ctx).write_engine()) as conn:
+            lock_for_writing(conn)
+            yield conn
+
+    return transaction()
+
+
+@runs_app.command("rename")
+def rename(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="The run: its key, a unique prefix of it, or its name.")],
+    name: Annotated[str, typer.Argument(help="Its new name (no other run's name or key).")],
+) -> None:
+    """Give a run a new name (a later ingest keeps it, unless given --run)."""
+    from warehouse.runs import rename_run, resolve_run
+
+    with _write(ctx) as conn:
+        ref = resolve_run(conn, run)
+        rename_run(conn, ref, name)
+    echo_err(f"renamed {ref} to {name!r}")
+
+
+@runs_app.command("label")
+def label(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="The run: its key, a unique prefix of it, or its name.")],
+    labels: Annotated[Optional[list[str]], typer.Argument(
+        help="KEY=VALUE labels; a key the run has gets the new value.", show_default=False)] = None,
+    remove: Annotated[Optional[list[str]], typer.Option(
+        "--remove", help="Remove the label KEY. Repeatable.")] = None,
+) -> None:
+    """Set (or --remove) labels on a run: `warehouse runs label RUN step=13 lr=3e-5`."""
+    from warehouse.runs import label_run, labels_of
+
+    with _write(ctx) as conn:
+        ref = label_run(conn, run, labels or (), remove or ())
+        now = labels_of(conn, [ref.id]).get(ref.id, {})
+    echo_err(f"{ref}: {', '.join(f'{k}={v}' for k, v in now.items()) or 'no labels'}")

@@ -1,0 +1,214 @@
+"""Runs as people name them, and their labels.
+
+A run is asked for by its `run_key` (a Harbor job UUID, or the name an RL source was ingested
+under), by a unique prefix of that key (`5de746de`, as `git` and `gh` take a commit), or by its
+`name` (the job folder, the dataset). The one rule, used wherever a run is asked for:
+
+1. a key that matches exactly;
+2. else a name that matches exactly, if one run has it;
+3. else a key that starts with the spec, if one run's does.
+
+Anything else is one line: no such run, or the candidates an ambiguous spec could mean.
+
+Labels are `key=value` text on a run (table `run_labels`, one value per key per run).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, bindparam, text
+
+from warehouse.errors import WarehouseError
+
+# How many candidates an ambiguous spec lists before "…".
+_CANDIDATES_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class RunRef:
+    id: int
+    run_key: str
+    name: str | None
+
+    def __str__(self) -> str:
+        return self.run_key if not self.name or self.name == self.run_key else f"{self.run_key} ({self.name})"
+
+
+def _refs(conn: Connection, where: str, binds: Mapping[str, object]) -> list[RunRef]:
+    rows = conn.execute(text(f"SELECT id, run_key, name FROM runs WHERE {where} ORDER BY run_key"), binds)
+    return [RunRef(*row) for row in rows]
+
+
+def resolve_run(conn: Connection, spec: str) -> RunRef:
+    """The one run `spec` names (module docstring), or a WarehouseError in one line."""
+    spec = str(spec)
+    if not spec:
+        raise WarehouseError("an empty run name matches no run")
+    exact = _refs(conn, "run_key = :s", {"s": spec})
+    if exact:
+        return exact[0]
+    # Case-sensitive on both backends (LIKE is not on SQLite), and no wildcard characters.
+    for where in ("name = :s", "substr(run_key, 1, length(:s)) = :s"):
+        found = _refs(conn, where, {"s": spec})
+        if len(found) == 1:
+            return found[0]
+        if found:
+            shown = ", ".join(str(ref) for ref in found[:_CANDIDATES_SHOWN])
+            more = f", … ({len(found)} in all)" if len(found) > _CANDIDATES_SHOWN else ""
+            raise WarehouseError(f"run {spec!r} is ambiguous: it could be {shown}{more}")
+    raise WarehouseError(f"no run {spec!r} (`warehouse runs` lists them)")
+
+
+def resolve_runs(conn: Connection, specs: Iterable[str]) -> list[RunRef]:
+    """Each spec's run, in the order given, without repeats."""
+    return list(dict.fromkeys(resolve_run(conn, spec) for spec in specs))
+
+
+# --- names -------------------------------------------------------------------------------------
+
+def source_run_name(name: str, run_key: str, n_runs: int) -> str:
+    """What a run of a source named `name` (a dataset, or `ingest --run NAME`) is called: the
+    name itself when the source holds one run (or this run's key is the name), else the name
+    and the key's first 8 characters (`sample-5de746de`), so a dataset of several jobs still
+    names each one. Migration 0010 names runs loaded before it by the same rule."""
+    return name if n_runs == 1 or run_key == name else f"{name}-{run_key[:8]}"
+
+
+def rename_run(conn: Connection, ref: RunRef, name: str) -> None:
+    """`warehouse runs rename`: a name no other run has as its name or key (either would make
+    one of them unreachable by it)."""
+    if not name.strip():
+        raise WarehouseError("a run name cannot be empty")
+    taken = _refs(conn, "(name = :s OR run_key = :s) AND id <> :id", {"s": name, "id": ref.id})
+    if taken:
+        raise WarehouseError(f"the name {name!r} is taken by run {taken[0]}")
+    conn.execute(text("UPDATE runs SET name = :n WHERE id = :id"), {"n": name, "id": ref.id})
+
+
+# --- labels ------------------------------------------------------------------------------------
+
+def parse_label(item: str) -> tuple[str, str]:
+    """`key=value` as typed (`step=13`); the value may hold `=` and may be empty."""
+    key, sep, value = str(item).partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise WarehouseError(f"a label is key=value, got {item!r}")
+    return key, value
+
+
+def parse_labels(items: Iterable[str]) -> dict[str, str]:
+    """Several labels; a key given twice keeps its last value, as later options override."""
+    return dict(parse_label(item) for item in items)
+
+
+def labels_of(conn: Connection, run_ids: Iterable[int] | None = None) -> dict[int, dict[str, str]]:
+    """Each run's labels, keys in order, for the runs given (every run when None)."""
+    sql = "SELECT run_id, key, value FROM run_labels"
+    binds: dict[str, object] = {}
+    statement = text(sql + " ORDER BY run_id, key")
+    if run_ids is not None:
+        binds["ids"] = list(run_ids)
+        if not binds["ids"]:
+            return {}
+        statement = text(sql + " WHERE run_id IN :ids ORDER BY run_id, key").bindparams(
+            bindparam("ids", expanding=True))
+    out: dict[int, dict[str, str]] = {}
+    for run_id, key, value in conn.execute(statement, binds):
+        out.setdefault(run_id, {})[key] = value
+    return out
+
+
+def runs_with_labels(conn: Connection, labels: Iterable[tuple[str, str]]) -> set[int]:
+    """The ids of the runs that carry every one of these labels."""
+    wanted = list(labels)
+    if not wanted:
+        return set(r for (r,) in conn.execute(text("SELECT id FROM runs")))
+    matched: set[int] | None = None
+    for key, value in wanted:
+        ids = {r for (r,) in conn.execute(
+            text("SELECT run_id FROM run_labels WHERE key = :k AND value = :v"), {"k": key, "v": value})}
+        matched = ids if matched is None else matched & ids
+    return matched or set()
+
+
+def set_labels(conn: Connection, run_id: int, labels: Mapping[str, str], *, replace: bool = True) -> None:
+    """Give a run these labels, replacing the value of a key it already has (or, with
+    replace=False, keeping it: what a source says yields to what a person said). The caller's
+    transaction commits it (a writer's connection)."""
+    for key, value in labels.items():
+        binds = {"r": run_id, "k": key, "v": value}
+        if replace:
+            conn.execute(text("DELETE FROM run_labels WHERE run_id = :r AND key = :k"), binds)
+        conn.execute(text("INSERT INTO run_labels (run_id, key, value) SELECT :r, :k, :v WHERE NOT EXISTS "
+                          "(SELECT 1 FROM run_labels WHERE run_id = :r AND key = :k)"), binds)
+
+
+def remove_labels(conn: Connection, run_id: int, keys: Iterable[str]) -> None:
+    for key in keys:
+        conn.execute(text("DELETE FROM run_labels WHERE run_id = :r AND key = :k"), {"r": run_id, "k": key})
+
+
+def label_sort_key(value: str | None) -> tuple:
+    """Orders a label's values as a sweep is read: numbers as numbers (step 2 before step 10),
+    then text; runs without the label last."""
+    if value is None:
+        return (2, 0.0, "")
+    try:
+        number = float(value)
+    except ValueError:
+        return (1, 0.0, value)
+    return (0, number, value) if math.isfinite(number) else (1, 0.0, value)
+
+
+# --- the runs listing ---------------------------------------------------------------------------
+
+RUN_COLUMNS = ["run_key", "name", "labels", "trials", "pass_rate", "sources"]
+
+# From the summaries, so it answers at once however many trials there are. pass_rate is at the
+# canned queries' default threshold (a reward of at least 1).
+_LIST = """
+SELECT r.id, r.run_key, r.name,
+       (SELECT sum(o.n_trials) FROM run_task_outcomes o WHERE o.run_id = r.id) AS trials,
+       (SELECT CAST(sum(o.n_successes) AS DOUBLE PRECISION) / NULLIF(sum(o.n_trials), 0)
+          FROM run_task_outcomes o WHERE o.run_id = r.id) AS pass_rate,
+       (SELECT string_agg(s.name, ', ')
+          FROM (SELECT DISTINCT src.name FROM run_sources rs JOIN sources src ON src.id = rs.source_id
+                 WHERE rs.run_id = r.id ORDER BY src.name) s) AS sources
+FROM runs r
+ORDER BY r.run_key
+"""
+
+
+def list_runs(conn: Connection, sort: str | None = None) -> tuple[list[str], list[tuple]]:
+    """`warehouse runs`: one row per run (RUN_COLUMNS), by key, or by `name` or `label:KEY`
+    (label_sort_key's order, runs without the label last)."""
+    rows = conn.execute(text(_LIST)).all()
+    labels = labels_of(conn)
+    out = [(run_key, name, ", ".join(f"{k}={v}" for k, v in labels.get(run_id, {}).items()),
+            trials or 0, pass_rate, sources, labels.get(run_id, {}))
+           for run_id, run_key, name, trials, pass_rate, sources in rows]
+    if sort == "name":
+        out.sort(key=lambda row: (row[1] is None, row[1] or "", row[0]))
+    elif sort and sort.startswith("label:") and sort[len("label:"):]:
+        key = sort[len("label:"):]
+        out.sort(key=lambda row: (label_sort_key(row[6].get(key)), row[0]))
+    elif sort not in (None, "key"):
+        raise WarehouseError(f"--sort is key, name or label:KEY, not {sort!r}")
+    return RUN_COLUMNS, [row[:6] for row in out]
+
+
+def label_run(conn: Connection, spec: str, items: Iterable[str], remove: Iterable[str] = ()) -> RunRef:
+    """`warehouse runs label RUN k=v… --remove KEY`: in the caller's transaction."""
+    labels, keys = parse_labels(items), [str(k) for k in remove]
+    if not labels and not keys:
+        raise WarehouseError("give labels as KEY=VALUE, or --remove KEY")
+    both = sorted(set(labels) & set(keys))
+    if both:
+        raise WarehouseError(f"label {both[0]!r} is both set and removed")
+    ref = resolve_run(conn, spec)
+    remove_labels(conn, ref.id, keys)
+    set_labels(conn, ref.id, labels)
+    return ref
