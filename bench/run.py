@@ -22,6 +22,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -217,10 +218,13 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path)
     parser.add_argument("--work", type=Path)
     parser.add_argument("--no-write", action="store_true", help="print the table, leave BENCHMARKS.md alone")
+    parser.add_argument("--only", choices=sorted(WHOLE_PROCESS), action="append",
+                        help="measure only these whole-process rows (repeatable); prints, writes nothing")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.dataset, args.work, args.pg)))
         return
+    sqlite_utils_command()  # missing: said now, not after minutes of measuring
 
     out: Path = args.out
     work = out / "work"
@@ -229,6 +233,15 @@ def main() -> None:
     info = generate(out)
     data = {name: out / "data" / name for name in DATASETS}
     results = _Results()  # (measurement, median, baseline, ratio), echoed to stderr as they come
+
+    # What a user waits for, whole processes from the command to the prompt: the headline rows.
+    compile_bytecode()
+    for name in args.only or WHOLE_PROCESS:
+        results.extend(WHOLE_PROCESS[name](data, work, args))
+    if args.only:  # a partial table: printed, not written
+        args.no_write = True
+        report(results, info, args)
+        return
 
     def measure(method: str, dataset: str) -> list[dict]:
         return measure_together([method], dataset)[method]
@@ -362,6 +375,190 @@ def query_results(db: Path, dataset: Path, repeat: int) -> list[tuple[str, str, 
     return queries.compare(db, dataset, repeat)
 
 
+# --- whole processes: commands timed from outside, start-up included ------------------------
+
+# Rounds of each start-up command per --repeat: one run is a few hundred milliseconds, so more
+# rounds cost little and steady the medians.
+STARTUP_ROUNDS_PER_REPEAT = 5
+SAMPLE = ROOT / "examples" / "sample"
+
+
+def compile_bytecode() -> None:
+    """Compile this tree's modules once, as an installed package's are: the commands below run
+    it from source, and with PYTHONDONTWRITEBYTECODE set each start-up would compile it anew,
+    which no installed copy does (sqlite-utils, from site-packages, is compiled)."""
+    import compileall
+
+    for package in ("warehouse", "ingest", "migrations", "bench"):
+        compileall.compile_dir(ROOT / package, quiet=1)
+
+
+def warehouse_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "warehouse", *args]
+
+
+def sqlite_utils_command() -> list[str]:
+    """The sqlite-utils script beside this interpreter (a shim on the PATH, such as pyenv's,
+    would add its own start-up)."""
+    beside = Path(sys.executable).parent / "sqlite-utils"
+    found = str(beside) if beside.exists() else shutil.which("sqlite-utils")
+    if found is None:
+        raise SystemExit("sqlite-utils is missing: python3 -m pip install -e '.[bench]'")
+    return [found]
+
+
+def time_commands(commands: dict[str, Callable[[], list[str]]], rounds: int,
+                  warm_up: bool = True) -> dict[str, list[float]]:
+    """Wall seconds of each command, a whole process each time, the commands taking turns round
+    after round (A, B, A, B, …) so that they meet the shared machine's drift alike. Each entry
+    prepares its run (untimed) and returns the command line; warm_up runs each once first,
+    untimed (the file cache is then warm for all)."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for i in range(-1 if warm_up else 0, rounds):
+        for name, prepare in commands.items():
+            cmd = prepare()
+            if i >= 0:
+                print(f"  {name} ({i + 1}/{rounds})", file=sys.stderr)
+            started = time.perf_counter()
+            proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            seconds = time.perf_counter() - started
+            if proc.returncode != 0:
+                raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+            if i >= 0:
+                times[name].append(seconds)
+    return times
+
+
+def _copy_of(template: Path, path: Path) -> Path:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(template, path)
+    return path
+
+
+def _sqlite_template(work: Path) -> Path:
+    """A SQLite file holding the schema and nothing else, made by the migrations, copied for
+    each whole-process run (so that both sides of a ratio start from the same file)."""
+    template = work / "template.db"
+    _fresh_sqlite(template).dispose()  # closing checkpoints the WAL: the file is the whole database
+    return template
+
+
+def startup_results(data: dict[str, Path], work: Path, args) -> list[tuple[str, str, str, str]]:
+    """`warehouse --help`, `warehouse query runs` and `warehouse sql "select 1"` on a small
+    warehouse (the bundled sample) against `sqlite-utils query DB "select 1"`, whole processes."""
+    db = _copy_of(_sqlite_template(work), work / "startup.db")
+    subprocess.run(warehouse_command("--db", str(db), "ingest", str(SAMPLE)), cwd=ROOT, check=True,
+                   capture_output=True)
+    baseline = "sqlite-utils query"
+    commands = {
+        "python3 -c pass": [sys.executable, "-c", "pass"],
+        baseline: [*sqlite_utils_command(), "query", str(db), "select 1"],
+        "warehouse --help": warehouse_command("--help"),
+        "warehouse query runs": warehouse_command("--db", str(db), "query", "runs"),
+        'warehouse sql "select 1"': warehouse_command("--db", str(db), "sql", "select 1"),
+    }
+    times = time_commands({name: (lambda cmd=cmd: cmd) for name, cmd in commands.items()},
+                          args.repeat * STARTUP_ROUNDS_PER_REPEAT)
+    ms = {name: median(values) * 1000 for name, values in times.items()}
+    rows = [("start-up: python3 -c pass (the interpreter alone)", f"{ms['python3 -c pass']:.0f} ms", "", "")]
+    rows += [(f"start-up: {name}, whole process", f"{ms[name]:.0f} ms", f"{baseline} {ms[baseline]:.0f} ms",
+              f"{ms[name] / ms[baseline]:.2f}× sqlite-utils")
+             for name in commands if name.startswith("warehouse")]
+    return rows
+
+
+def whole_ingest_results(data: dict[str, Path], work: Path, args) -> list[tuple[str, str, str, str]]:
+    """`warehouse ingest DATASET` as a command against its whole-process floor
+    (bench.floor_sqlite, bench.floor_postgres), both into a database holding only the schema."""
+    rows = []
+    template = _sqlite_template(work)
+    ours, floor = work / "whole-warehouse.db", work / "whole-floor.db"
+    dataset = data["math"]
+    times = time_commands({
+        "warehouse ingest math → SQLite": lambda: warehouse_command(
+            "--db", str(_copy_of(template, ours)), "ingest", str(dataset)),
+        "sqlite3 floor math": lambda: [sys.executable, "-m", "bench.floor_sqlite", str(dataset),
+                                       str(_copy_of(template, floor))],
+    }, args.repeat, warm_up=False)
+    _same_rows(_sqlite_counts(ours), _sqlite_counts(floor), "math → SQLite")
+    a, b = (median(values) for values in times.values())
+    rows.append(("ingest math → SQLite, whole process", f"{a:.2f} s", f"sqlite3 floor, whole process {b:.2f} s",
+                 f"{a / b:.2f}× floor"))
+    if not args.pg:
+        return rows
+    engine, template_name, admin = _fresh_postgres(args.pg)
+    engine.dispose()  # a template database must have no connections while it is copied
+    try:
+        for name in ("math", "math-x5"):
+            rows.append(_whole_ingest_postgres(data[name], name, admin, template_name, args))
+    finally:
+        _drop_postgres(admin, template_name)
+    return rows
+
+
+def _whole_ingest_postgres(dataset: Path, name: str, admin: str, template: str, args) -> tuple[str, str, str, str]:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    made: dict[str, str] = {}
+
+    def fresh(side: str) -> str:
+        """A new database cloned from the template (the previous run's dropped first)."""
+        if side in made:
+            _drop_postgres(admin, made[side])
+        made[side] = f"wh_bench_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{made[side]}" TEMPLATE "{template}"')
+        return make_url(admin).set(database=made[side]).render_as_string(hide_password=False)
+
+    try:
+        times = time_commands({
+            "ours": lambda: warehouse_command("--db", fresh("ours"), "ingest", str(dataset)),
+            "floor": lambda: [sys.executable, "-m", "bench.floor_postgres", str(dataset), fresh("floor")],
+        }, args.repeat, warm_up=False)
+        counts = {side: _postgres_counts(make_url(admin).set(database=db).render_as_string(hide_password=False))
+                  for side, db in made.items()}
+        _same_rows(counts["ours"], counts["floor"], f"{name} → PostgreSQL")
+    finally:
+        for db in made.values():
+            _drop_postgres(admin, db)
+    a, b = median(times["ours"]), median(times["floor"])
+    label = name.replace("-x5", "×5")
+    return (f"ingest {label} → PostgreSQL, whole process", f"{a:.2f} s", f"COPY floor, whole process {b:.2f} s",
+            f"{a / b:.2f}× floor")
+
+
+# The tables both sides write; the floor writes the same rows, so the counts must agree.
+_COUNTED = ("runs", "tasks", "trials", "episodes", "turns", "messages")
+
+
+def _sqlite_counts(path: Path) -> dict[str, int]:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _COUNTED}
+    finally:
+        conn.close()
+
+
+def _postgres_counts(conninfo: str) -> dict[str, int]:
+    import psycopg
+
+    with psycopg.connect(conninfo) as conn:
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _COUNTED}
+
+
+def _same_rows(ours: dict[str, int], floor: dict[str, int], what: str) -> None:
+    if ours != floor:
+        raise SystemExit(f"{what}: the floor wrote other rows than the warehouse: {floor} against {ours}")
+
+
+# The whole-process rows, by the name `--only` knows them by.
+WHOLE_PROCESS: dict[str, Callable] = {"startup": startup_results, "ingest": whole_ingest_results}
+
+
 def report(results, info, args) -> None:
     lines = ["| measurement | median | baseline (same run) | ratio |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in results]
@@ -389,6 +586,20 @@ Datasets (from `ingest.generate`, fixed seeds):
 |---|---|---|---|---|
 {datasets}
 
+- *whole process*: the command timed from outside, a new process each run (`python -m warehouse
+  …`), from its start to its exit: interpreter start-up, imports, engine, schema check, the
+  reader process, the ingest and its last commit. Both sides of a ratio start from a copy of the
+  same database holding only the schema (made by the migrations, untimed). The whole-process
+  floors (`python -m bench.floor_sqlite DATASET DB`, `python -m bench.floor_postgres DATASET URL`)
+  start an interpreter, read the Parquet with pyarrow into the normalized rows the warehouse
+  stores (through the ingest's own row reader, `bench.floors.normalize`) and insert them with
+  plain `executemany` / `COPY` in one transaction, in one process; the rows they write are
+  checked to be the warehouse's, table by table. This tree's modules are compiled to bytecode
+  first, as an installed package's are.
+- *start-up*: whole processes on a small warehouse (the bundled `examples/sample`), the commands
+  taking turns, {args.repeat * STARTUP_ROUNDS_PER_REPEAT} rounds after one untimed round;
+  `sqlite-utils query DB "select 1"` is the bar. (sqlite-utils imports pandas when it is
+  installed, as the `bench` extra does, which is much of its start-up here.)
 - *ingest*: `ingest()` on a fresh database, in process, until its engine is closed (so no
   work, such as a last WAL checkpoint, can happen after the clock stops); the reader process it
   forks is inside the clock.

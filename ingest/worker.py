@@ -65,9 +65,13 @@ _PLACE = struct.Struct("qqq")
 # batch. Switching more often costs the reader little.
 SWITCH_INTERVAL = 0.0005  # seconds
 # The reader works ahead of the writer, which (with the database server) decides when the
-# ingest ends: where they compete for a core, the writer should have it. Measured on 2 cores:
-# ingests 3-5 % faster on both backends than at the writer's own priority.
-READER_NICENESS = 10
+# ingest ends: where they compete for a core, the writer should have it (measured on 2 idle
+# cores, at nice 10: ingests 3-5 % faster on both backends than at the writer's own priority).
+# Only a little nicer, though: on a machine busy with other work, a reader at nice 10 gets a
+# tenth of a normal process's share and the writer waits for it (measured at load 20 on 2 cores,
+# SQLite, math, whole process, medians of 3: 53.5 s at nice 10, 29.0 s at nice 0, 26.5 s at
+# nice 2 against 25.1 s at nice 0).
+READER_NICENESS = 2
 # How often a reader waiting for room checks that its consumer is still there.
 ROOM_POLL = 0.05  # seconds
 # prctl(2): the signal the kernel sends this process when the thread that forked it ends.

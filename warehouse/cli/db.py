@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from warehouse.cli.app import app as root
 from warehouse.cli.context import state
 from warehouse.db import schema
 from warehouse.db.engine import redact
@@ -22,6 +23,7 @@ app = typer.Typer(no_args_is_help=True, help="""Create, upgrade and check the wa
       warehouse db check
       warehouse --db team.db db current
     """)
+root.add_typer(app, name="db")
 
 
 @app.command()

@@ -17,10 +17,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from warehouse.db import DEFAULT_DB, ENV_VAR  # noqa: F401  (ENV_VAR: part of this module's interface)
 from warehouse.errors import WarehouseError, first_line
-
-DEFAULT_DB = "warehouse.db"
-ENV_VAR = "WAREHOUSE_DB"
 
 # A second writer on SQLite waits this long for the lock instead of failing at once.
 SQLITE_BUSY_TIMEOUT_MS = 60_000
