@@ -280,6 +280,25 @@ def test_run_and_label_narrow_every_section(sweep, args, runs, tmp_path):
     assert [f"ckpt-{step}" for step in STEPS if f"<td>ckpt-{step}</td>" in page] == runs
 
 
+def test_task_model_and_by_narrow_as_the_queries_do(sweep, opened, tmp_path):
+    """--task (a glob) and --model go to every canned query, and --by with --run groups only the
+    runs asked for."""
+    out = tmp_path / "r.html"
+    done = report(sweep, out, "--task", TASKS[1])
+    assert done.returncode == 0, done.stderr
+    assert "5 runs, 1 task, " in done.stderr
+    [curve] = opened(out).charts()["pass-rate"]["data"]
+    # Task 1's attempts a = 0..3 succeed where (1 + a) % 10 < 1 + 2r: min(4, 2r) of 4.
+    assert curve["y"] == pytest.approx([min(4, 2 * r) / 4 for r in range(5)])
+    done = report(sweep, out, "--run", "ckpt-200", "--by", "model", "--force")
+    assert done.returncode == 0, done.stderr
+    [curve] = opened(out).charts()["pass-rate"]["data"]
+    assert curve["y"] == pytest.approx([0.1])
+    done = report(sweep, out, "--model", "no-such-model", "--force")
+    assert done.returncode == 0, done.stderr
+    assert "Nothing to show" in out.read_text(encoding="utf-8")
+
+
 def test_labels_no_run_has_give_a_page_that_says_so(sweep, tmp_path):
     out = tmp_path / "r.html"
     done = report(sweep, out, "--label", "lr=1")
@@ -290,11 +309,10 @@ def test_labels_no_run_has_give_a_page_that_says_so(sweep, tmp_path):
 @pytest.mark.parametrize("args, error", [
     (["--run", "nosuch"], "no run 'nosuch' (`warehouse runs` lists them)"),
     (["--run", "job-"], "run 'job-' is ambiguous: it could be "),
-    (["--run", "ckpt-200", "--by", "model"], "--by model with --run or --label needs the canned queries' filters"),
     (["--by", "nosuch"], "--by is run, model, agent or label:KEY, not 'nosuch'"),
     (["--by", "label:nosuch"], "no run carries the label 'nosuch'"),
     (["--label", "step"], "a label is key=value, got 'step'"),
-    (["--task", "fix-*"], "the report cannot be narrowed by task, model or agent yet"),
+    (["--model", "no-such-model", "--by", "label:nosuch"], "no run carries the label 'nosuch'"),
 ])
 def test_errors_are_one_line_and_write_nothing(sweep, args, error, tmp_path):
     out = tmp_path / "r.html"

@@ -31,9 +31,8 @@ from warehouse.display import printable
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, run_canned
-from warehouse.queries.stats import wilson_interval
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult
-from warehouse.runs import label_sort_key, labels_of
+from warehouse.runs import labels_of
 
 INSTALL_HINT = "python3 -m pip install plotly (or the project's extra: pip install 'trajectory-warehouse[report]')"
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -95,28 +94,21 @@ def write_report(engine: Engine, out: Path, *, filters: Filters = Filters(), by:
 
 def gather(engine: Engine, *, filters: Filters = Filters(), by: str = "run",
            timeout: float = DEFAULT_TIMEOUT) -> ReportData:
-    """The canned queries' answers, narrowed to the runs `filters` allow. `by` is run, model,
-    agent or label:KEY."""
+    """The canned queries' answers, each narrowed by `filters` as `warehouse query` narrows
+    it. `by` is run, model, agent or label:KEY (pass-rate's own --by)."""
     label = _label_key(by)
-    if filters.tasks or filters.models or filters.agents:
-        raise WarehouseError("the report cannot be narrowed by task, model or agent yet: "
-                             "the canned queries take no filters (issue 17.3)")
     with engine.connect() as conn:
-        allowed = filters.run_ids(conn)  # an unknown or ambiguous run: one line, before any query
+        filters.run_ids(conn)  # an unknown or ambiguous run: one line, before any query
         keys = dict(conn.execute(text("SELECT id, run_key FROM runs")).all())
         labels = {keys[run_id]: values for run_id, values in labels_of(conn).items()}
-    runs = None if allowed is None else {keys[run_id] for run_id in allowed}
-    if runs is not None and by in ("model", "agent"):
-        # Rows grouped by model or agent cannot be narrowed to some runs after the fact.
-        raise WarehouseError(f"--by {by} with --run or --label needs the canned queries' filters (issue 17.3)")
+    if label and keys and not any(label in values for values in labels.values()):
+        raise WarehouseError(f"no run carries the label {label!r}")
 
     def ask(name: str, **values: Any) -> ReadResult:
-        return _narrowed(run_canned(engine.url, QUERIES[name], values, timeout=timeout), runs)
+        return run_canned(engine.url, QUERIES[name], values, filters=filters, timeout=timeout)
 
-    pass_rate = ask("pass-rate", by="run" if label else by)
-    return ReportData(runs=ask("runs"), pass_rate=_by_label(pass_rate, labels, label) if label else pass_rate,
-                      solve_matrix=ask("solve-matrix"), failures=ask("failures"), lengths=ask("lengths"),
-                      by=by, labels=labels)
+    return ReportData(runs=ask("runs"), pass_rate=ask("pass-rate", by=by), solve_matrix=ask("solve-matrix"),
+                      failures=ask("failures"), lengths=ask("lengths"), by=by, labels=labels)
 
 
 def _label_key(by: str) -> str | None:
@@ -126,34 +118,6 @@ def _label_key(by: str) -> str | None:
     if kind != "label" or not key:
         raise WarehouseError(f"--by is run, model, agent or label:KEY, not {by!r}")
     return key
-
-
-def _narrowed(result: ReadResult, runs: set[str] | None) -> ReadResult:
-    """The rows of the runs asked for. The canned queries take no filters yet (issue 17.3, the
-    `runs` branch): once they do, the filters go to them and this goes away."""
-    if runs is None:
-        return result
-    at = result.columns.index("run_key")
-    return ReadResult(result.columns, [row for row in result.rows if row[at] in runs])
-
-
-def _by_label(per_run: ReadResult, labels: Mapping[str, Mapping[str, str]], key: str) -> ReadResult:
-    """pass-rate per run summed into one row per value of a label, in the label's order
-    (numbers as numbers), with the query's interval; runs without it make a row of their own.
-    To be replaced by the query's own `--by label:KEY` (issue 17.3) when it has one: the same
-    sums."""
-    if per_run.rows and not any(key in labels.get(row[0], {}) for row in per_run.rows):
-        raise WarehouseError(f"no run carries the label {key!r}")
-    groups: dict[str | None, list[int]] = {}
-    for row in _dicts(per_run):
-        group = groups.setdefault(labels.get(row["run_key"], {}).get(key), [0, 0, 0])
-        group[0] += row["trials"]
-        group[1] += row["successes"]
-        group[2] += 1
-    rows = [(value, trials, successes, successes / trials if trials else None,
-             *wilson_interval(successes, trials), n)
-            for value, (trials, successes, n) in sorted(groups.items(), key=lambda item: label_sort_key(item[0]))]
-    return ReadResult([key, "trials", "successes", "pass_rate", "pass_rate_low", "pass_rate_high", "runs"], rows)
 
 
 # --- the page ----------------------------------------------------------------------------------
@@ -396,6 +360,8 @@ def natural_key(text: str) -> list[Any]:
 
 def _describe(filters: Filters, by: str) -> str:
     parts = [f"runs {', '.join(filters.runs)}"] if filters.runs else []
+    parts += [f"{what} {', '.join(values)}" for what, values in
+              (("tasks", filters.tasks), ("models", filters.models), ("agents", filters.agents)) if values]
     parts += [f"{key}={value}" for key, value in filters.labels]
     if by != "run":
         parts.append(f"pass rate by {by}")

@@ -19,8 +19,11 @@ def report(
     run: Annotated[Optional[list[str]], typer.Option(
         "--run", help="Only this run (run key, unique prefix or name); repeatable.")] = None,
     task: Annotated[Optional[list[str]], typer.Option(
-        "--task", help="Only tasks matching this glob (*, ?); repeatable. Refused until the canned queries "
-        "take filters (issue 17.3).")] = None,
+        "--task", help="Only tasks matching this glob (*, ?); repeatable.")] = None,
+    model: Annotated[Optional[list[str]], typer.Option(
+        "--model", help="Only this model (full name or without its provider; glob); repeatable.")] = None,
+    agent: Annotated[Optional[list[str]], typer.Option(
+        "--agent", help="Only this agent (glob); repeatable.")] = None,
     label: Annotated[Optional[list[str]], typer.Option(
         "--label", help="Only runs with this label, KEY=VALUE; repeatable (a run must have all).")] = None,
     by: Annotated[str, typer.Option(
@@ -47,7 +50,7 @@ def report(
 
     building.require_plotly()
     building.check_out(out, force)  # before any query: a refusal costs nothing
-    filters = Filters.of(run=run, task=task, label=label)
+    filters = Filters.of(run=run, task=task, model=model, agent=agent, label=label)
     info = building.write_report(state(ctx).read_engine(), out, filters=filters, by=by, force=force,
                                  timeout=timeout)
     counts = ", ".join(_count(n, what) for n, what in ((info.runs, "run"), (info.tasks, "task"),
