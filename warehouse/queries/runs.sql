@@ -4,6 +4,7 @@
 -- A trial succeeds when reward >= --threshold; mean_reward averages the trials that have a reward.
 SELECT
     r.run_key,
+    r.name,
     count(tr.id) AS trials,
     sum(CASE WHEN tr.status = 'complete' THEN 1 ELSE 0 END) AS complete,
     sum(CASE WHEN tr.status = 'incomplete' THEN 1 ELSE 0 END) AS incomplete,
@@ -24,8 +25,7 @@ SELECT
                JOIN trial_loads tl ON tl.trial_id = t2.id
                JOIN loads l ON l.id = tl.load_id
                JOIN sources src ON src.id = l.source_id
-              WHERE t2.run_id = r.id ORDER BY src.name) s) AS sources,
-    r.name
+              WHERE t2.run_id = r.id ORDER BY src.name) s) AS sources
 FROM runs r
 LEFT JOIN trials tr ON tr.run_id = r.id AND {filters}
 WHERE {filters_runs}

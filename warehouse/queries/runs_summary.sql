@@ -2,6 +2,7 @@
 -- same columns and rows; the outcomes it reads are narrowed by the filters (registry.py).
 SELECT
     r.run_key,
+    r.name,
     coalesce(sum(o.n_trials), 0) AS trials,
     coalesce(sum(o.n_complete), 0) AS complete,
     coalesce(sum(o.n_incomplete), 0) AS incomplete,
@@ -19,8 +20,7 @@ SELECT
     (SELECT string_agg(s.name, ', ')
        FROM (SELECT DISTINCT src.name FROM run_sources rs
                JOIN sources src ON src.id = rs.source_id
-              WHERE rs.run_id = r.id ORDER BY src.name) s) AS sources,
-    r.name
+              WHERE rs.run_id = r.id ORDER BY src.name) s) AS sources
 FROM runs r
 LEFT JOIN {outcomes} o ON o.run_id = r.id
 WHERE {filters_runs}
