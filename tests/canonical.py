@@ -91,7 +91,9 @@ def dump(engine: Engine, *, order_independent: bool = False) -> dict[str, list[s
     out["sources"] = [_drop(s, ["id", "created_at"]) for s in sources]
     skip = ["id", "source_id", *LOAD_TIMES, *(ORDER_DEPENDENT_LOAD_COLUMNS if order_independent else ())]
     out["loads"] = [dict(_drop(ld, skip), source=source_key[ld["source_id"]]) for ld in loads]
-    out["runs"] = [_drop(r, ["id", "created_at"]) for r in runs]
+    # A run two datasets hold is named for the one loaded first (warehouse.runs): in a race, the
+    # winner's name, which a sequential load cannot predict.
+    out["runs"] = [_drop(r, ["id", "created_at", *(["name"] if order_independent else [])]) for r in runs]
     out["tasks"] = [_drop(t, ["id", "created_at"]) for t in tasks]
     out["trials"] = [dict(_drop(t, ["id", "run_id", "task_id", "instruction_id", "created_at"]),
                           run=run_key[t["run_id"]],
