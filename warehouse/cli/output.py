@@ -187,6 +187,7 @@ def _write_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], out: IO[
         _write_line(out, texts, widths)
     if shown < len(header):
         left_out = header[shown:]
+        out.flush()  # the table first, where stdout and stderr meet (a terminal, 2>&1)
         echo_err(f"({len(left_out)} more column{'s' * (len(left_out) > 1)} not shown at this width: "
                  f"{', '.join(left_out)}; --wide shows them, as do --format csv and json)")
 
