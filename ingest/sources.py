@@ -88,7 +88,7 @@ def card_labels(card: dict | None) -> dict[str, str]:
     match = _FRONT_MATTER.match((card or {}).get("readme") or "")
     if not match:
         return {}
-    import yaml  # huggingface_hub's own dependency; only needed for a card
+    import yaml  # only needed for a card
 
     try:
         meta = yaml.safe_load(match.group(1))
