@@ -226,9 +226,8 @@ def test_to_arrow_keeps_the_types_and_the_values(wh):
     assert (empty.num_rows, empty.schema.names) == (0, ["id"])
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # a PostgreSQL column has one type
 def test_to_arrow_refuses_a_column_of_mixed_types_naming_it(wh, backend):
-    if backend != "sqlite":
-        pytest.skip("a PostgreSQL column has one type")
     mixed = wh.sql("SELECT 1 AS x UNION ALL SELECT 'one'")
     with pytest.raises(warehouse.WarehouseError, match="column x: .*CAST it in the SQL"):
         mixed.to_arrow()

@@ -11,13 +11,13 @@ from sqlalchemy.engine import make_url
 
 from warehouse.readonly import READER_ROLE, readonly_session, run_readonly
 
+# The PostgreSQL read pool only. SQLite's read connections were pooled before; what keeps them
+# clean is the file opened read-only and the authorizer, which tests/test_sql_attacks.py covers.
+pytestmark = pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+
 
 @pytest.fixture
-def pg_url(backend, db_url) -> str:
-    if backend == "sqlite":
-        # SQLite's read connections were pooled before; what keeps them clean is the file opened
-        # read-only and the authorizer, which tests/test_sql_attacks.py covers.
-        pytest.skip("the PostgreSQL read pool")
+def pg_url(db_url) -> str:
     return db_url
 
 

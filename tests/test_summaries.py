@@ -29,6 +29,12 @@ SUMMARY_TABLES = ("trial_lengths", "run_task_breakdown", "run_task_outcomes", "r
 
 # --- the oracle: the summaries from the base tables, in Python -------------------------------
 
+
+def _runs(url, given=None) -> list[dict]:
+    """`query runs`' rows by column name."""
+    result = run_canned(url, QUERIES["runs"], given)
+    return [dict(zip(result.columns, row)) for row in result.rows]
+
 def expected(engine) -> dict[str, Any]:
     with engine.connect() as conn:
         trials = conn.execute(select(models.Trial.__table__)).mappings().all()
@@ -175,10 +181,10 @@ def test_other_thresholds_never_read_the_summaries(engine, db_url):
         for table in SUMMARY_TABLES:
             conn.execute(text(f"DELETE FROM {table}"))
     # With the summaries emptied the default threshold sees no trials, any other still all of them.
-    assert [row[1] for row in run_canned(db_url, QUERIES["runs"]).rows] == [0, 0, 0]
-    rows = run_canned(db_url, QUERIES["runs"], {"threshold": 0.5}).rows
-    assert [row[1] for row in rows] == [11, 9, 2]
-    assert [row[4] for row in rows] == pytest.approx([5 / 11, 2 / 9, 1.0])
+    assert [row["trials"] for row in _runs(db_url)] == [0, 0, 0]
+    rows = _runs(db_url, {"threshold": 0.5})
+    assert [row["trials"] for row in rows] == [11, 9, 2]
+    assert [row["pass_rate"] for row in rows] == pytest.approx([5 / 11, 2 / 9, 1.0])
 
 
 def test_generated_datasets(engine, db_url, tmp_path):
@@ -345,12 +351,12 @@ def test_a_trace_trial_completed_later(engine, db_url, tmp_path):
     shutil.move(trial / "result.json", saved)
     assert ingest(engine, [str(root)]).errors == []
     assert_exact(engine)
-    assert sum(row[3] for row in run_canned(db_url, QUERIES["runs"]).rows) == 1  # incomplete trials
+    assert sum(row["incomplete"] for row in _runs(db_url)) == 1
 
     shutil.move(saved, trial / "result.json")
     assert ingest(engine, [str(root)]).units_loaded == 1
     assert_exact(engine)
-    assert sum(row[3] for row in run_canned(db_url, QUERIES["runs"]).rows) == 0
+    assert sum(row["incomplete"] for row in _runs(db_url)) == 0
     assert ingest(engine, [str(root)]).units_loaded == 0  # and a re-ingest changes nothing
     assert_exact(engine)
     assert_queries_match_definitions(db_url)
