@@ -30,7 +30,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from warehouse.db.engine import make_engine, make_read_engine, redact, resolve_url
-from warehouse.errors import WarehouseError, first_line, interruption
+from warehouse.errors import WarehouseError, database_error, first_line, interruption
 from warehouse.readonly import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
@@ -302,4 +302,4 @@ def _errors() -> Iterator[None]:
     except DBAPIError as exc:
         if (stop := interruption(exc)) is not None:
             raise stop from None
-        raise WarehouseError(f"database error: {first_line(exc.orig or exc)}") from None
+        raise database_error(exc) from None

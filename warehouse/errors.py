@@ -18,6 +18,12 @@ def first_line(error: BaseException | str) -> str:
     return type(error).__name__ if isinstance(error, BaseException) else "unknown error"
 
 
+def database_error(error: BaseException) -> WarehouseError:
+    """A database error a user can act on (SQLAlchemy's DBAPIError: a server that does not
+    answer, SQL that does not parse, a file that is not a database), as one line."""
+    return WarehouseError(f"database error: {first_line(getattr(error, 'orig', None) or error)}")
+
+
 def interruption(error: BaseException) -> KeyboardInterrupt | None:
     """The Ctrl-C or SIGTERM behind `error`, if it was raised while unwinding from one: a
     driver interrupted mid-statement may then fail its rollback ("another command is already in

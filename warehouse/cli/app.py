@@ -19,7 +19,7 @@ from warehouse import __version__
 from warehouse.cli import shared
 from warehouse.db import ENV_VAR
 from warehouse.display import printable
-from warehouse.errors import WarehouseError, first_line
+from warehouse.errors import WarehouseError, database_error
 
 # Each top-level command: the module that registers it on `app` when imported, and the short
 # help `warehouse --help` shows without importing it (tests/test_startup.py checks that these
@@ -83,7 +83,7 @@ class _Group(TyperGroup):
             # Only a command that imported SQLAlchemy can raise its errors.
             exc_module = sys.modules.get("sqlalchemy.exc")
             if exc_module is not None and isinstance(exc, exc_module.DBAPIError):
-                raise WarehouseError(f"database error: {first_line(exc.orig or exc)}") from None
+                raise database_error(exc) from None
             raise
 
 
