@@ -197,15 +197,14 @@ class Warehouse:
         `run` names every run the sources' rows belong to (and is the run of rows that carry
         none); `label` gives them labels: "key=value", several, or a dict."""
         from ingest.pipeline import ingest
-        from warehouse.runs import parse_labels
+        from warehouse.runs import label_pairs
 
         specs = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else list(map(os.fspath, sources))
         # Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
         # system allocator returns them, which keeps the process's memory flat. Arrow reads this
         # when it first allocates (it is imported only once a shard needs reading).
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-        labels = (dict(label) if isinstance(label, Mapping)
-                  else parse_labels([label] if isinstance(label, str) else label or ()))
+        labels = dict(label_pairs(label))  # a key given twice keeps its last value
         engine = self.write_engine(create=True)
         with _errors():
             report = ingest(engine, specs, run=run, labels=labels, keep_going=keep_going, progress=progress,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection
 
 from warehouse.errors import WarehouseError
-from warehouse.runs import parse_label, resolve_runs, runs_with_labels
+from warehouse.runs import label_pairs, resolve_runs, runs_with_labels
 
 # The model column's name without its provider prefix (warehouse.db.models.MODEL_NAME_SQL,
 # over any expression).
@@ -57,12 +57,7 @@ class Filters:
     def of(cls, *, run=None, task=None, model=None, agent=None, label=None) -> "Filters":
         """From options as typed or passed to the API: each a value or a list of values;
         labels as `key=value` text, `(key, value)` pairs or a mapping."""
-        if isinstance(label, dict):
-            labels = tuple((str(k), str(v)) for k, v in label.items())
-        else:
-            labels = tuple(item if isinstance(item, tuple) else parse_label(item) for item in
-                           ((label,) if isinstance(label, str) else (label or ())))
-        return cls(_as_tuple(run), _as_tuple(task), _as_tuple(model), _as_tuple(agent), labels)
+        return cls(_as_tuple(run), _as_tuple(task), _as_tuple(model), _as_tuple(agent), label_pairs(label))
 
     def __bool__(self) -> bool:
         return bool(self.runs or self.tasks or self.models or self.agents or self.labels)

@@ -104,6 +104,18 @@ def parse_labels(items: Iterable[str]) -> dict[str, str]:
     return dict(parse_label(item) for item in items)
 
 
+def label_pairs(label: str | tuple[str, str] | Iterable[str | tuple[str, str]] | Mapping[str, str] | None
+                ) -> tuple[tuple[str, str], ...]:
+    """Labels as a library caller may pass them: "key=value", a (key, value) pair, several of
+    either, or a mapping; as (key, value) pairs in the order given."""
+    if label is None:
+        return ()
+    if isinstance(label, Mapping):
+        return tuple((str(k), str(v)) for k, v in label.items())
+    items = (label,) if isinstance(label, (str, tuple)) else label
+    return tuple(item if isinstance(item, tuple) else parse_label(item) for item in items)
+
+
 def labels_of(conn: Connection, run_ids: Iterable[int] | None = None) -> dict[int, dict[str, str]]:
     """Each run's labels, keys in order, for the runs given (every run when None)."""
     sql = "SELECT run_id, key, value FROM run_labels"
