@@ -27,6 +27,10 @@ from warehouse.runs import label_pairs, resolve_runs, runs_with_labels
 _MODEL_NAME = "substr({m}, length(rtrim({m}, replace({m}, '/', ''))) + 1)"
 
 
+# Filters.sql's run_ids when the caller has not resolved them.
+_UNRESOLVED = object()
+
+
 def _as_tuple(values: str | Iterable[str] | None) -> tuple[str, ...]:
     if values is None:
         return ()
@@ -83,12 +87,13 @@ class Filters:
         return ids
 
     def sql(self, conn: Connection, *, run_id: str | None = None, task: str | None = None,
-            model: str | None = None, agent: str | None = None, task_id: str | None = None
-            ) -> tuple[str, dict[str, str]]:
+            model: str | None = None, agent: str | None = None, task_id: str | None = None,
+            run_ids: set[int] | None | object = _UNRESOLVED) -> tuple[str, dict[str, str]]:
         """A predicate over the column expressions named (e.g. `run_id="b.run_id"`), and its
         binds, named `f_…` so as not to meet the statement's own. `1=1` when nothing filters.
         A table with a task's id but not its name gives `task_id`: the globs are then matched
-        in `tasks`, once, not once per row."""
+        in `tasks`, once, not once per row. `run_ids`: what run_ids(conn) gave, for a caller
+        making several predicates from these filters (the runs resolved once, not per slot)."""
         binds: dict[str, str] = {}
         terms: list[str] = []
 
@@ -112,7 +117,7 @@ class Filters:
                     alternatives += [f"{e} = :{name}" for e in exprs]
             return "(" + " OR ".join(alternatives) + ")"
 
-        ids = self.run_ids(conn)
+        ids = self.run_ids(conn) if run_ids is _UNRESOLVED else run_ids
         if ids is not None:
             # Integers the database gave: written in, so callers need no expanding binds.
             column = need(run_id, "--run or --label")

@@ -212,9 +212,11 @@ def narrow(sql: str, slots: Mapping[str, Mapping[str, str]], filters: Filters, c
            ) -> tuple[str, dict[str, Any]]:
     """`sql` with its filter slots filled (module docstring), and the binds they need."""
     binds: dict[str, Any] = {}
+    # The runs a slot allows depend on the runs and labels alone: asked once for every slot.
+    run_ids = filters.run_ids(conn)
 
     def predicate(part: Filters, columns: Mapping[str, str]) -> str:
-        where, more = part.sql(conn, **columns)
+        where, more = part.sql(conn, run_ids=run_ids, **columns)
         binds.update(more)
         return where
 
