@@ -218,8 +218,9 @@ def main() -> None:
     parser.add_argument("--dataset", type=Path)
     parser.add_argument("--work", type=Path)
     parser.add_argument("--no-write", action="store_true", help="print the table, leave BENCHMARKS.md alone")
-    parser.add_argument("--only", choices=sorted(WHOLE_PROCESS), action="append",
-                        help="measure only these whole-process rows (repeatable); prints, writes nothing")
+    parser.add_argument("--only", choices=sorted(PARTS), action="append",
+                        help="measure only these parts (repeatable): whole-process rows, or the canned "
+                             "queries; prints, writes nothing")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.dataset, args.work, args.pg)))
@@ -237,7 +238,7 @@ def main() -> None:
     # What a user waits for, whole processes from the command to the prompt: the headline rows.
     compile_bytecode()
     for name in args.only or WHOLE_PROCESS:
-        results.extend(WHOLE_PROCESS[name](data, work, args))
+        results.extend(PARTS[name](data, work, args))
     if args.only:  # a partial table: printed, not written
         args.no_write = True
         report(results, info, args)
@@ -555,8 +556,26 @@ def _same_rows(ours: dict[str, int], floor: dict[str, int], what: str) -> None:
         raise SystemExit(f"{what}: the floor wrote other rows than the warehouse: {floor} against {ours}")
 
 
+def canned_query_results(data: dict[str, Path], work: Path, args) -> list[tuple[str, str, str, str]]:
+    """The canned queries alone (`--only queries`): math×5 loaded into SQLite by the command,
+    then every query against DuckDB and, with --pg, on PostgreSQL against SQLite."""
+    from bench import queries
+
+    db = work / "math-x5-queries.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    subprocess.run(warehouse_command("--db", str(db), "ingest", str(data["math-x5"])), check=True,
+                   stdout=subprocess.DEVNULL)
+    results = queries.compare(db, data["math-x5"], args.repeat)
+    if args.pg:
+        results.extend(queries.on_postgres(db, data["math-x5"], args.repeat, args.pg))
+    return results
+
+
 # The whole-process rows, by the name `--only` knows them by.
 WHOLE_PROCESS: dict[str, Callable] = {"startup": startup_results, "ingest": whole_ingest_results}
+# What `--only` can measure alone: those, and the canned queries.
+PARTS: dict[str, Callable] = {**WHOLE_PROCESS, "queries": canned_query_results}
 
 
 def report(results, info, args) -> None:

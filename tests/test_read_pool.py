@@ -1,7 +1,9 @@
 """Read sessions reuse their connection (warehouse.readonly pools them) and nothing passes from
 one session to the next: each starts as the reader role, READ ONLY, with its own time limit, and
-with nothing an earlier one left on the connection (DISCARD ALL ends each). A pooled
-connection the server has closed is replaced, not handed to a query."""
+with nothing an earlier one left on the connection (each ends with what DISCARD ALL resets, but
+for the prepared statements of statements that passed the checks, kept so a query asked again
+is one round trip). A pooled connection the server has closed is replaced, not handed to a
+query."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from warehouse.errors import WarehouseError
 from warehouse.readonly import READER_ROLE, readonly_session, run_readonly
 
 # The PostgreSQL read pool only. SQLite's read connections were pooled before; what keeps them
@@ -24,15 +27,21 @@ def pg_url(db_url) -> str:
 LEAK_KEY = 0x6C65616B  # "leak": an advisory lock key nothing else takes
 
 
-def _state(url: str, timeout: float, *, leave_a_lock: bool = False) -> tuple:
-    """(backend pid, user, statement_timeout, transaction_read_only) of a fresh session."""
+def _state(url: str, timeout: float, *, leave_a_lock: bool = False, leave_a_mess: bool = False) -> tuple:
+    """(backend pid, user, statement_timeout, transaction_read_only, application_name, open
+    cursors) of a fresh session."""
     with readonly_session(url, timeout=timeout) as session:
+        raw = session._conn.connection.driver_connection
         if leave_a_lock:
             # What no statement can do through the session (sqlcheck refuses the lock functions),
             # done on its connection directly: a session-level lock, which a rollback keeps.
-            session._conn.connection.driver_connection.execute("SELECT pg_advisory_lock(%s)", [LEAK_KEY])
+            raw.execute("SELECT pg_advisory_lock(%s)", [LEAK_KEY])
+        if leave_a_mess:  # the same for a session's setting and a cursor that outlives its transaction
+            raw.execute("SET application_name = 'leak'")
+            raw.execute("DECLARE leak CURSOR WITH HOLD FOR SELECT 1")
         [row] = session.fetch("SELECT pg_backend_pid(), current_user, current_setting('statement_timeout'), "
-                              "current_setting('transaction_read_only')").rows
+                              "current_setting('transaction_read_only'), current_setting('application_name'), "
+                              "(SELECT count(*) FROM pg_cursors WHERE name = 'leak')").rows
     return row
 
 
@@ -45,12 +54,37 @@ def _lock_holders(url: str) -> list[int]:
 
 
 def test_a_pooled_connection_starts_each_session_clean(pg_url):
-    first = _state(pg_url, timeout=5, leave_a_lock=True)
+    first = _state(pg_url, timeout=5, leave_a_lock=True, leave_a_mess=True)
     assert _lock_holders(pg_url) == [], "the session's lock outlived it, on the pooled connection"
     second = _state(pg_url, timeout=7)
     assert first[0] == second[0], "the second session should reuse the first one's connection"
-    assert first[1:] == (READER_ROLE, "5s", "on")
-    assert second[1:] == (READER_ROLE, "7s", "on")
+    assert first[1:] == (READER_ROLE, "5s", "on", "leak", 1)
+    assert second[1:] == (READER_ROLE, "7s", "on", "", 0)
+
+
+def test_a_failed_statement_leaves_the_pooled_connection_usable(pg_url):
+    with pytest.raises(WarehouseError, match="division by zero"):
+        with readonly_session(pg_url) as session:
+            session.fetch("SELECT 1 / (SELECT count(*) - count(*) FROM runs)")
+    first = _state(pg_url, timeout=5)
+    assert _state(pg_url, timeout=5)[0] == first[0]
+    assert first[1:4] == (READER_ROLE, "5s", "on")
+
+
+def test_a_query_asked_again_is_not_parsed_again(pg_url):
+    """The second time a pooled connection is asked a statement, it runs the statement prepared
+    the first time (one round trip, no parsing or planning): the server still holds it."""
+    statement = "SELECT count(*) FROM runs WHERE run_key <> :key"
+    pids = []
+    for _ in range(2):
+        with readonly_session(pg_url) as session:
+            assert session.fetch(statement, {"key": "x"}).rows == [(0,)]
+            pids.append(session.fetch("SELECT pg_backend_pid()").rows[0][0])
+    with readonly_session(pg_url) as session:
+        raw = session._conn.connection.driver_connection
+        prepared = [row[0] for row in raw.execute("SELECT statement FROM pg_prepared_statements").fetchall()]
+        assert pids[0] == pids[1] == session.fetch("SELECT pg_backend_pid()").rows[0][0]
+    assert [text for text in prepared if "run_key <> $1" in text] != [], prepared
 
 
 def test_a_connection_the_server_closed_is_replaced(pg_url):

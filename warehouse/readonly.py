@@ -57,8 +57,8 @@ DEFAULT_MAX_ROWS = 10_000
 READER_ROLE = "warehouse_reader"  # created and granted by migration 0007
 
 # Rows fetched from the driver at a time: large enough to cost nothing per row, small enough
-# that a streamed result never holds much. A result kept whole (ReadSession.fetch) comes in
-# fewer, larger batches: on PostgreSQL each is a round trip.
+# that a streamed result never holds much (on PostgreSQL each batch is a round trip). A result
+# kept whole (ReadSession.fetch) is taken in larger ones.
 _BATCH = 500
 _WHOLE_BATCH = 10_000
 
@@ -205,14 +205,20 @@ class ReadSession:
 
     def fetch(self, sql: str, params: Mapping[str, Any] | None = None, *,
               max_rows: int | None = DEFAULT_MAX_ROWS) -> ReadResult:
-        """One statement, as run_readonly runs it."""
-        batch = _WHOLE_BATCH if max_rows is None else min(_WHOLE_BATCH, max_rows + 1)
-        rows = self.stream(sql, params, max_rows=max_rows, batch=batch)
+        """One statement whose whole answer is wanted at once (a canned query's: aggregates, at
+        most tasks x runs rows), as run_readonly runs it. On PostgreSQL a prepared statement
+        rather than stream's cursor: the rows come back with the statement, one round trip, and
+        the pooled connection keeps the plan for the next time it is asked."""
+        rows = self._rows(sql, params, max_rows, _WHOLE_BATCH, whole=True)
         return ReadResult(rows.columns, list(rows), rows.truncated)
 
     def stream(self, sql: str, params: Mapping[str, Any] | None = None, *,
                max_rows: int | None = DEFAULT_MAX_ROWS, batch: int = _BATCH) -> RowStream:
         """One statement, its rows streamed (see stream_readonly), `batch` rows at a time."""
+        return self._rows(sql, params, max_rows, batch, whole=False)
+
+    def _rows(self, sql: str, params: Mapping[str, Any] | None, max_rows: int | None, batch: int, *,
+              whole: bool) -> RowStream:
         kind = _check_statement(self._conn.engine.url, sql)
         statement, values = _compile(sql, params or {}, self._conn.dialect)
         raw = self._conn.connection.driver_connection
@@ -222,14 +228,15 @@ class ReadSession:
                 cursor.execute(statement, values)
                 if cursor.description is None:  # the authorizer let only queries compile
                     raise WarehouseError("no SQL statement given")
-            elif kind == "query":
+            elif kind == "query" and not whole:
                 # A server-side cursor: DECLARE goes out by the extended protocol (one
                 # statement, whatever the text holds), and rows come in batches.
                 self._cursors += 1
                 cursor = raw.cursor(name=f"warehouse_read_{self._cursors}")
                 cursor.execute(statement, values)
             else:
-                # EXPLAIN cannot be a cursor: a prepared statement, which is one statement too.
+                # A prepared statement, which is one statement too (and the only way for
+                # EXPLAIN, which cannot be a cursor): its rows arrive whole.
                 cursor = raw.cursor()
                 cursor.execute(statement, values, prepare=True)
             columns = [d[0] for d in cursor.description]
@@ -447,6 +454,17 @@ class _StringAgg:
 
 # --- PostgreSQL ------------------------------------------------------------------------
 
+# What ends every session, in one round trip: the transaction, then DISCARD ALL's parts
+# (DISCARD ALL itself cannot share a message with another statement) but for two: the prepared
+# statements and their plans stay. Those are the driver's own, made from statements that passed
+# the checks above; kept, a pooled connection answers a query it has answered before in one round
+# trip, without parsing or planning it again. The transaction ends by COMMIT, not ROLLBACK: it
+# is READ ONLY, so the two are the same to the server (one that failed is rolled back either
+# way), but psycopg forgets every prepared statement on a ROLLBACK.
+_END_SESSION = ("COMMIT; CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; "
+                "SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES")
+
+
 @contextmanager
 def _postgres_readonly(url: URL, timeout: float,
                        snapshot: bool) -> Iterator[tuple[Connection, Any, type[BaseException]]]:
@@ -464,48 +482,73 @@ def _postgres_readonly(url: URL, timeout: float,
         return f"database error: {first_line(exc)}"
 
     # Connections are pooled (a new one costs more than most canned queries: about 8 ms, a forked
-    # server process) and kept clean: each session's transaction is rolled back and DISCARD ALL
-    # drops whatever else a statement could leave in the session (cursors, prepared statements,
-    # settings, the role, advisory locks, temporary tables) before the next session may use it.
+    # server process) and kept clean: each session's transaction is rolled back and what else a
+    # statement could leave in the session (cursors, settings, the role, advisory locks,
+    # temporary tables) is discarded before the next session may use it (_END_SESSION).
     # The engine is kept too: its first connection inspects the server, which costs more still.
-    key = ("postgresql", url.render_as_string(hide_password=False))
-    with _connect(_engine(key, lambda: _postgres_engine(url)), describe) as conn:
-        transaction = conn.begin()
+    # Each round trip counts here (a canned query's statement takes a fraction of a millisecond
+    # on the server), so a session costs two besides its statements: _begin and _END_SESSION.
+    engine = _engine(("postgresql", url.render_as_string(hide_password=False)), lambda: _postgres_engine(url))
+    conn = _begin(engine, describe, timeout, snapshot, psycopg.Error)
+    try:
+        yield conn, describe, psycopg.Error
+    finally:
         try:
-            # REPEATABLE READ: every statement of the transaction sees the same snapshot. The
-            # reader role, where this user may take it on, for the rest of the transaction: the
-            # statements that could change it back (SET, RESET, set_config) are refused by
-            # sqlcheck. All in one round trip, our own text.
-            isolation = "ISOLATION LEVEL REPEATABLE READ, " if snapshot else ""
-            conn.exec_driver_sql(
-                f"SET TRANSACTION {isolation}READ ONLY; "
-                f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}; "
-                f"DO $$BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '{READER_ROLE}' "
-                f"AND pg_has_role(rolname, 'MEMBER')) THEN SET LOCAL ROLE {READER_ROLE}; END IF; END$$")
-            yield conn, describe, psycopg.Error
+            conn.connection.driver_connection.execute(_END_SESSION)
+        except BaseException:
+            conn.invalidate()  # never back to the pool as it was left
+            raise
         finally:
-            _end_postgres_session(conn, transaction)
+            conn.close()
+
+
+def _begin(engine: Engine, describe, timeout: float, snapshot: bool,
+           driver_error: type[BaseException]) -> Connection:
+    """A pooled connection in a new READ ONLY transaction (REPEATABLE READ for a `snapshot`: every
+    statement sees the same one) with the time limit, as the reader role where this user may take
+    it on (for the rest of the transaction: the statements that could change it back, SET, RESET
+    and set_config, are refused by sqlcheck). One round trip, our own text. It is also what finds
+    a pooled connection the server has since closed (a restart, a terminated backend), instead
+    of a ping before every session: such a connection is dropped and the next one tried; a new
+    connection that fails is an error."""
+    while True:
+        conn = _connect(engine, describe)
+        raw = conn.connection.driver_connection
+        reused = "may_be_reader" in conn.connection.info
+        try:
+            as_reader = _may_be_reader(conn)
+            raw.execute(
+                f"BEGIN{' ISOLATION LEVEL REPEATABLE READ' if snapshot else ''} READ ONLY; "
+                f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}"
+                f"{f'; SET LOCAL ROLE {READER_ROLE}' if as_reader else ''}")
+            return conn
+        except BaseException as exc:
+            stale = reused and raw.broken
+            conn.invalidate()
+            conn.close()
+            if stale:
+                continue
+            if isinstance(exc, driver_error):
+                raise WarehouseError(describe(exc)) from None
+            raise
+
+
+def _may_be_reader(conn: Connection) -> bool:
+    """Whether this connection's user may take on the reader role: asked once per connection
+    (remembered in its pool record), as roles change only by a migration or an administrator."""
+    info = conn.connection.info
+    if "may_be_reader" not in info:
+        [(info["may_be_reader"],)] = conn.connection.driver_connection.execute(
+            f"SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = '{READER_ROLE}' "
+            f"AND pg_has_role(rolname, 'MEMBER'))").fetchall()
+    return info["may_be_reader"]
 
 
 def _postgres_engine(url: URL) -> Engine:
-    # pre_ping: a pooled connection the server has since closed (a restart, a dropped database)
-    # is replaced, not handed to a query. One connection kept; more are opened only for
-    # sessions running at the same time, and closed after.
-    return create_engine(url, poolclass=QueuePool, pool_size=1, pool_pre_ping=True)
-
-
-def _end_postgres_session(conn: Connection, transaction) -> None:
-    """Roll the session's transaction back and discard the session's state, or, failing that,
-    close the connection for good: it never goes back to the pool as it was left."""
-    try:
-        transaction.rollback()
-        raw = conn.connection.driver_connection
-        raw.autocommit = True  # DISCARD ALL runs outside a transaction
-        raw.execute("DISCARD ALL")
-        raw.autocommit = False
-    except BaseException:
-        conn.invalidate()
-        raise
+    # Autocommit at the driver: _begin writes the transaction's BEGIN itself, with its settings,
+    # rather than the driver sending a bare one first (a round trip of its own). One connection
+    # kept; more are opened only for sessions running at the same time, and closed after.
+    return create_engine(url, poolclass=QueuePool, pool_size=1, isolation_level="AUTOCOMMIT")
 
 
 def reader_role_note(engine: Engine) -> str | None:
