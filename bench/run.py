@@ -637,6 +637,11 @@ Datasets (from `ingest.generate`, fixed seeds):
   result, ATIF trajectory of 6 agent steps, verifier output), each trial a unit of its own.
 - *pandas path*: `pandas.read_parquet`, explode `conversations` to one row per message,
   `DataFrame.to_sql` into SQLite: what a user does without the warehouse.
+- *canned queries* (in process, execute and fetch, read connections pooled): against DuckDB
+  answering the same question over the raw Parquet (`bench/queries.py`). `pass-at-k` and
+  `compare-test` answer with bootstrap intervals (2000 resamples), so DuckDB's side computes
+  them too, resampling the tasks row by row as its user would; the row after each gives DuckDB's
+  estimate alone. On PostgreSQL: against the same query on SQLite, right after the ingest.
 - *peak RSS*: the largest sum, sampled every 5 ms, of the proportional set sizes (PSS) of the
   ingest process and its reader process (pages the fork shares count once).
 
