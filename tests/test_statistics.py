@@ -104,3 +104,47 @@ def test_db_upgrade_analyses_what_the_migrations_rebuilt(backend, empty_db_url, 
 def test_a_table_is_stale_when_much_of_it_changed(reltuples, relpages, pages, modified, stale):
     assert _stale(reltuples, relpages, pages, modified, every_table=False) is stale
     assert _stale(reltuples, relpages, pages, modified, every_table=True) is (pages > 0)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_table_another_session_holds_is_analysed_last_and_the_rest_without_waiting(empty_db_url, dataset):
+    """What autovacuum does to an ingest's last step, done on purpose: another session holds
+    the lock VACUUM and ANALYZE need on `run_task_outcomes` (a summary table: vacuumed, by the
+    first statement). Every other table is analysed while the refresh waits for that one, and it
+    is analysed too once the lock is let go."""
+    import threading
+    import time
+
+    from sqlalchemy import create_engine
+
+    from warehouse.db.statistics import refresh
+
+    held = "run_task_outcomes"
+    assert run_cli(empty_db_url, "ingest", dataset).returncode == 0
+    before = _pg_tables(empty_db_url)
+    conninfo = make_url(empty_db_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    engine = create_engine(empty_db_url)
+    result = {}
+    with psycopg.connect(conninfo) as holder:
+        holder.execute(f"LOCK TABLE {held} IN SHARE UPDATE EXCLUSIVE MODE")  # what VACUUM takes
+        worker = threading.Thread(target=lambda: result.update(done=refresh(engine, every_table=True)))
+        worker.start()
+        with psycopg.connect(conninfo, autocommit=True) as watcher:
+            for _ in range(200):  # until the refresh waits for the lock (10 s at most)
+                waiting = watcher.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = "
+                                          "%s::regclass", [held]).fetchone()[0]
+                if waiting:
+                    break
+                time.sleep(0.05)
+            assert waiting, "the refresh never asked for the held table"
+        during = _pg_tables(empty_db_url)
+        holder.rollback()  # the lock let go
+    worker.join(30)
+    engine.dispose()
+    after = _pg_tables(empty_db_url)
+    for name in WRITTEN - {held}:
+        assert during[name][0] > before[name][0], f"{name} waited for another table's lock"
+    assert during[held][0] == before[held][0]
+    assert after[held][0] > before[held][0], "the held table was left unanalysed"
+    assert after[held][1] > before[held][1], "the held table was left unvacuumed"
+    assert held in result["done"].vacuumed

@@ -9,12 +9,13 @@ statements. Layers, each stopping what the ones before it let through (README, "
   beyond the tables. SQLite: the driver compiles one statement only, and an authorizer allows
   reading and nothing else (SELECT, reading tables, functions but a few, reading PRAGMAs).
 - Sent so the server could not run a second statement: PostgreSQL's extended protocol (a
-  server-side cursor, or a prepared statement for EXPLAIN), never the simple protocol.
+  server-side cursor for a stream, a prepared statement for a whole answer), never the simple
+  protocol.
 - PostgreSQL: a connection whose only transaction is `READ ONLY`, run as the role
   `warehouse_reader` (SET LOCAL ROLE; it may only read the warehouse's tables) where the
-  migrations could create it and the connecting user may take it on; rolled back at the end and
-  its session reset (DISCARD ALL) before it is pooled for the next, so nothing a statement
-  changed in the session outlives it.
+  migrations could create it and the connecting user may take it on; its session reset at the
+  end (all DISCARD ALL resets but the prepared statements, see _END_SESSION) before it is pooled
+  for the next, so nothing a statement changed in the session outlives it.
 - SQLite: a connection of its own (pooled for reuse, see _engine) that opens the file as every
   reader does (warehouse.db.engine.sqlite_read_connection: `PRAGMA query_only`, and `mode=ro`
   unless that would leave files behind), so the library itself refuses every write.
@@ -57,10 +58,8 @@ DEFAULT_MAX_ROWS = 10_000
 READER_ROLE = "warehouse_reader"  # created and granted by migration 0007
 
 # Rows fetched from the driver at a time: large enough to cost nothing per row, small enough
-# that a streamed result never holds much (on PostgreSQL each batch is a round trip). A result
-# kept whole (ReadSession.fetch) is taken in larger ones.
+# that a streamed result never holds much (on PostgreSQL each batch is a round trip).
 _BATCH = 500
-_WHOLE_BATCH = 10_000
 
 
 @dataclass
@@ -208,17 +207,23 @@ class ReadSession:
         """One statement whose whole answer is wanted at once (a canned query's: aggregates, at
         most tasks x runs rows), as run_readonly runs it. On PostgreSQL a prepared statement
         rather than stream's cursor: the rows come back with the statement, one round trip, and
-        the pooled connection keeps the plan for the next time it is asked."""
-        rows = self._rows(sql, params, max_rows, _WHOLE_BATCH, whole=True)
-        return ReadResult(rows.columns, list(rows), rows.truncated)
+        the pooled connection keeps the plan for the next time it is asked. The time limit is
+        the database's alone here (nothing consumes the rows meanwhile), looked at once after."""
+        cursor, columns = self._execute(sql, params, whole=True)
+        with self.errors():
+            rows = cursor.fetchall() if max_rows is None else cursor.fetchmany(max_rows + 1)
+        self.check_deadline()
+        truncated = max_rows is not None and len(rows) > max_rows
+        return ReadResult(columns, rows[:max_rows] if truncated else rows, truncated)
 
     def stream(self, sql: str, params: Mapping[str, Any] | None = None, *,
                max_rows: int | None = DEFAULT_MAX_ROWS, batch: int = _BATCH) -> RowStream:
         """One statement, its rows streamed (see stream_readonly), `batch` rows at a time."""
-        return self._rows(sql, params, max_rows, batch, whole=False)
+        cursor, columns = self._execute(sql, params, whole=False)
+        return RowStream(columns, _batches(cursor, batch), max_rows, self)
 
-    def _rows(self, sql: str, params: Mapping[str, Any] | None, max_rows: int | None, batch: int, *,
-              whole: bool) -> RowStream:
+    def _execute(self, sql: str, params: Mapping[str, Any] | None, *, whole: bool) -> tuple[Any, list[str]]:
+        """The driver's cursor with `sql` executed on it, and its columns' names."""
         kind = _check_statement(self._conn.engine.url, sql)
         statement, values = _compile(sql, params or {}, self._conn.dialect)
         raw = self._conn.connection.driver_connection
@@ -239,8 +244,7 @@ class ReadSession:
                 # EXPLAIN, which cannot be a cursor): its rows arrive whole.
                 cursor = raw.cursor()
                 cursor.execute(statement, values, prepare=True)
-            columns = [d[0] for d in cursor.description]
-        return RowStream(columns, _batches(cursor, batch), max_rows, self)
+            return cursor, [d[0] for d in cursor.description]
 
     def check_deadline(self) -> None:
         if time.monotonic() > self._deadline:
@@ -482,7 +486,7 @@ def _postgres_readonly(url: URL, timeout: float,
         return f"database error: {first_line(exc)}"
 
     # Connections are pooled (a new one costs more than most canned queries: about 8 ms, a forked
-    # server process) and kept clean: each session's transaction is rolled back and what else a
+    # server process) and kept clean: each session's transaction is ended and what else a
     # statement could leave in the session (cursors, settings, the role, advisory locks,
     # temporary tables) is discarded before the next session may use it (_END_SESSION).
     # The engine is kept too: its first connection inspects the server, which costs more still.

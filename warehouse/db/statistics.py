@@ -76,7 +76,12 @@ class Analysis:
 def refresh(engine: Engine, *, every_table: bool = False) -> Analysis:
     """ANALYZE the warehouse's tables that changed enough since their last ANALYZE (with
     `every_table`, all that hold rows: for a migration, which may have rewritten any of them),
-    and VACUUM the summary tables among them. PostgreSQL only; one round trip when none did."""
+    and VACUUM the summary tables among them. PostgreSQL only; one round trip when none did.
+
+    Autovacuum is often at work on a table an ingest has just grown, and ANALYZE waits for it
+    (a second, deadlock_timeout, before the server cancels it), table after table. So the tables
+    are first taken as they come free (SKIP_LOCKED), then those skipped, waiting: one wait at
+    most, and none for a table autovacuum analysed meanwhile."""
     done = Analysis()
     if engine.dialect.name != "postgresql":
         return done
@@ -85,25 +90,47 @@ def refresh(engine: Engine, *, every_table: bool = False) -> Analysis:
     # Autocommit: VACUUM cannot run inside a transaction, and each table's statistics are
     # committed (and used) as soon as they are gathered.
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        stale = [row.relname for row in conn.execute(_TABLE_STATE, {"tables": names})
-                 if _stale(row.reltuples, row.relpages, row.pages, row.modified, every_table)]
-        done.analysed = stale
-        done.vacuumed = [name for name in stale if name in _SUMMARY_TABLES]
-        coarse = [name for name in stale if name in _COARSE_TABLES]
-        rest = [name for name in stale if name not in _SUMMARY_TABLES and name not in _COARSE_TABLES]
-
-        def listed(names: list[str]) -> str:
-            return ", ".join(map(conn.dialect.identifier_preparer.quote, names))
-
-        if done.vacuumed:
-            conn.exec_driver_sql(f"VACUUM (ANALYZE) {listed(done.vacuumed)}")
-        if rest:
-            conn.exec_driver_sql(f"ANALYZE {listed(rest)}")
-        if coarse:  # the target for this transaction only (ANALYZE, unlike VACUUM, may run in one)
-            conn.exec_driver_sql(f"BEGIN; SET LOCAL default_statistics_target = {_COARSE_TARGET}; "
-                                 f"ANALYZE {listed(coarse)}; COMMIT")
+        done.analysed = [row.relname for row in conn.execute(_TABLE_STATE, {"tables": names})
+                         if _stale(row.reltuples, row.relpages, row.pages, row.modified, every_table)]
+        done.vacuumed = [name for name in done.analysed if name in _SUMMARY_TABLES]
+        if done.analysed:
+            before = _analysed_at(conn, done.analysed)
+            _gather(conn, done.analysed, skip_locked=True)
+            after = _analysed_at(conn, done.analysed)
+            _gather(conn, [name for name in done.analysed if after[name] == before[name]], skip_locked=False)
     done.seconds = time.perf_counter() - started
     return done
+
+
+def _gather(conn, tables: list[str], *, skip_locked: bool) -> None:
+    """VACUUM (ANALYZE) the summary tables among `tables`, ANALYZE the others (the coarse ones at
+    _COARSE_TARGET); with `skip_locked`, leaving out any another session holds."""
+    def listed(names: list[str]) -> str:
+        return ", ".join(map(conn.dialect.identifier_preparer.quote, names))
+
+    vacuumed = [name for name in tables if name in _SUMMARY_TABLES]
+    coarse = [name for name in tables if name in _COARSE_TABLES]
+    rest = [name for name in tables if name not in _SUMMARY_TABLES and name not in _COARSE_TABLES]
+    analyze = "ANALYZE (SKIP_LOCKED)" if skip_locked else "ANALYZE"
+    if vacuumed:
+        conn.exec_driver_sql(f"VACUUM (ANALYZE{', SKIP_LOCKED' if skip_locked else ''}) {listed(vacuumed)}")
+    if rest:
+        conn.exec_driver_sql(f"{analyze} {listed(rest)}")
+    if coarse:  # the target for this transaction only (ANALYZE, unlike VACUUM, may run in one)
+        conn.exec_driver_sql(f"BEGIN; SET LOCAL default_statistics_target = {_COARSE_TARGET}; "
+                             f"{analyze} {listed(coarse)}; COMMIT")
+
+
+_ANALYSED_AT = text("""
+SELECT relname, last_analyze, last_autoanalyze FROM pg_stat_user_tables
+WHERE schemaname = current_schema() AND relname = ANY(:tables)
+""")
+
+
+def _analysed_at(conn, tables: list[str]) -> dict[str, tuple]:
+    """When each table was last analysed, by a command or by autovacuum."""
+    return {row.relname: (row.last_analyze, row.last_autoanalyze)
+            for row in conn.execute(_ANALYSED_AT, {"tables": tables})}
 
 
 def _stale(reltuples: float, relpages: int, pages: int, modified: int, every_table: bool) -> bool:

@@ -29,6 +29,7 @@ from decimal import Decimal
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from itertools import chain
 from typing import Any
 
 from sqlalchemy import Connection, text
@@ -184,7 +185,17 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
         if post is not None:
             columns, rows = post(columns, rows, values,
                                  lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
-    return ReadResult(columns, [tuple(map(_without_noise, row)) for row in rows])
+    return ReadResult(columns, _rows_without_noise(rows))
+
+
+def _rows_without_noise(rows: Sequence[tuple]) -> list[tuple]:
+    """The rows with _without_noise applied, where a value could need it: an answer holding no
+    float or Decimal at all (found in one pass in C) is returned as it is. A call per value cost
+    solve-matrix, thousands of rows of counts and names, half its time."""
+    kinds = set(map(type, chain.from_iterable(rows)))
+    if float not in kinds and Decimal not in kinds:
+        return list(rows)
+    return [tuple(map(_without_noise, row)) for row in rows]
 
 
 def _without_noise(value: Any) -> Any:
