@@ -60,6 +60,18 @@ def test_every_sql_parameter_is_declared():
             assert bind_names(sql) <= {p.name for p in query.params}, query.name
 
 
+def test_flags_are_written_into_the_statement_and_other_values_stay_binds():
+    """A flag (`--unsolved`) is written in as 0 or 1, so PostgreSQL keeps a plan per combination
+    instead of one generic plan guessing at a bind; every other value stays a bind."""
+    from warehouse.queries.registry import _flags_written_in
+
+    query = QUERIES["solve-matrix"]
+    values = query.values({"unsolved": True})
+    written = _flags_written_in(query.sql, query, values)
+    assert "(1 = 0 OR p.runs_solved = 0)" in written and "(0 = 0 OR p.runs_solved = p.runs_attempted)" in written
+    assert bind_names(written) == bind_names(query.sql) - {"unsolved", "solved_by_all"} == {"threshold"}
+
+
 # --- each query, by hand -----------------------------------------------------------------
 
 def test_runs(url):

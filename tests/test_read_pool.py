@@ -93,3 +93,14 @@ def test_a_connection_the_server_closed_is_replaced(pg_url):
     with psycopg.connect(admin, autocommit=True) as conn:
         assert conn.execute("SELECT pg_terminate_backend(%s, 5000)", [pid]).fetchone() == (True,)
     assert run_readonly(pg_url, "SELECT 41 + 1").rows == [(42,)]
+
+
+def test_a_statement_outside_the_sessions_transaction_is_read_only_too(pg_url):
+    """The session's BEGIN sets READ ONLY; the connection's own default does too, for anything
+    that would run outside that transaction."""
+    with readonly_session(pg_url) as session:
+        raw = session._conn.connection.driver_connection
+        raw.execute("COMMIT")  # out of the session's transaction, by hand
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            raw.execute("CREATE TABLE leak (a int)")
+    assert run_readonly(pg_url, "SELECT count(*) FROM pg_tables WHERE tablename = 'leak'").rows == [(0,)]

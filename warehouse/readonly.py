@@ -48,7 +48,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
-from warehouse.db.engine import no_warehouse, resolve_url, sqlite_path, sqlite_read_connection
+from warehouse.db.engine import no_warehouse, read_only_connect_args, resolve_url, sqlite_path, sqlite_read_connection
 from warehouse.errors import WarehouseError, first_line
 from warehouse.sqlcheck import ONLY_QUERIES, SQLITE_DENIED_FUNCTIONS
 
@@ -270,14 +270,24 @@ def _batches(cursor, size: int) -> Iterator[list[tuple]]:
 def _compile(sql: str, params: Mapping[str, Any], dialect) -> tuple[str, Any]:
     """`sql` with its `:name` parameters (SQLAlchemy's text() rules: `\\:` is a colon) in the
     driver's own style, and their values."""
-    compiled = text(sql).compile(dialect=dialect)
-    for name in compiled.params:
+    string, names, positional = _compiled(sql, dialect)
+    for name in names:
         if name not in params:
             raise WarehouseError(f"no value for :{name} (give -p {name} VALUE; "
                                  f"write \\: for a colon that is not a parameter)")
+    if positional:
+        return string, tuple(params[name] for name in names)
+    return string, {name: params[name] for name in names}
+
+
+@lru_cache(maxsize=256)
+def _compiled(sql: str, dialect) -> tuple[str, tuple[str, ...], bool]:
+    # Kept: a canned query asks the same statements again, and compiling one costs about as much
+    # as running a small one on PostgreSQL. (A dialect is one engine's: the key is its identity.)
+    compiled = text(sql).compile(dialect=dialect)
     if compiled.positional:
-        return compiled.string, tuple(params[name] for name in compiled.positiontup)
-    return compiled.string, {name: params[name] for name in compiled.params}
+        return compiled.string, tuple(compiled.positiontup), True
+    return compiled.string, tuple(compiled.params), False
 
 
 def too_long(timeout: float) -> str:
@@ -550,9 +560,12 @@ def _may_be_reader(conn: Connection) -> bool:
 
 def _postgres_engine(url: URL) -> Engine:
     # Autocommit at the driver: _begin writes the transaction's BEGIN itself, with its settings,
-    # rather than the driver sending a bare one first (a round trip of its own). One connection
-    # kept; more are opened only for sessions running at the same time, and closed after.
-    return create_engine(url, poolclass=QueuePool, pool_size=1, isolation_level="AUTOCOMMIT")
+    # rather than the driver sending a bare one first (a round trip of its own). Should any
+    # statement ever run outside that transaction, the session's own default makes it READ ONLY
+    # too. One connection kept; more are opened only for sessions running at the same time, and
+    # closed after.
+    return create_engine(url, poolclass=QueuePool, pool_size=1, isolation_level="AUTOCOMMIT",
+                         connect_args=read_only_connect_args(url))
 
 
 def reader_role_note(engine: Engine) -> str | None:

@@ -205,16 +205,20 @@ def _switch_to_wal(cur) -> None:
 
 # --- reading ---------------------------------------------------------------------------
 
+def read_only_connect_args(url: URL) -> dict[str, str]:
+    """A PostgreSQL connection's startup options that make every transaction of its session READ
+    ONLY, whoever begins it: a setting the server applies, rather than a statement per
+    transaction. The URL's own options are kept."""
+    return {"options": " ".join(filter(None, [url.query.get("options"), "-c default_transaction_read_only=on"]))}
+
+
 def make_read_engine(url: URL) -> Engine:
     """The engine of the commands that only read. It cannot write, and it leaves the database as
     it found it: a SQLite file keeps its bytes, mtime and journal mode, a missing one is not
     created (WarehouseError), and no -wal/-shm is left where there was none; every PostgreSQL
     transaction is READ ONLY."""
     if url.get_backend_name() != "sqlite":
-        # A startup option rather than a statement per transaction: the server applies it to
-        # every transaction of the session, whoever begins it.
-        options = " ".join(filter(None, [url.query.get("options"), "-c default_transaction_read_only=on"]))
-        return create_engine(url, pool_pre_ping=True, connect_args={"options": options})
+        return create_engine(url, pool_pre_ping=True, connect_args=read_only_connect_args(url))
     path = sqlite_path(url)
     if path is None:
         raise WarehouseError("reading needs a SQLite file, not an in-memory database")

@@ -24,6 +24,7 @@ cannot narrow by task, model or agent (lengths) has a third statement for that (
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from dataclasses import dataclass, field
@@ -178,6 +179,7 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
             if param.names_run and values[param.name] is not None:
                 values[param.name] = resolve_run(session.connection, values[param.name]).run_key
         sql, filter_binds = narrow(sql, slots, filters, session.connection)
+        sql = _flags_written_in(sql, query, values)
         binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
         # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
         result = session.fetch(sql, binds, max_rows=None)
@@ -186,6 +188,18 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
             columns, rows = post(columns, rows, values,
                                  lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
     return ReadResult(columns, _rows_without_noise(rows))
+
+
+def _flags_written_in(sql: str, query: CannedQuery, values: Mapping[str, Any]) -> str:
+    """`sql` with its flags' binds (`:unsolved`) written in as the 0 or 1 they hold. A flag
+    switches a clause on or off (`:unsolved = 0 OR ...`), and PostgreSQL plans a prepared
+    statement once for any value it may be given (its generic plan, kept from the sixth run on):
+    for a bind it guesses the clause is selective, and solve-matrix's plan turned to nested loops
+    over thousands of rows (20 ms against 12). Written in, each combination has a plan of its own."""
+    for param in query.params:
+        if param.type is bool:
+            sql = re.sub(rf"(?<![:\w\\]):{param.name}\b(?!:)", str(int(values[param.name])), sql)
+    return sql
 
 
 def _rows_without_noise(rows: Sequence[tuple]) -> list[tuple]:
