@@ -31,7 +31,7 @@ def _state(url: str, timeout: float, *, leave_a_lock: bool = False, leave_a_mess
     """(backend pid, user, statement_timeout, transaction_read_only, application_name, open
     cursors) of a fresh session."""
     with readonly_session(url, timeout=timeout) as session:
-        raw = session._conn.connection.driver_connection
+        raw = session.connection.connection.driver_connection
         if leave_a_lock:
             # What no statement can do through the session (sqlcheck refuses the lock functions),
             # done on its connection directly: a session-level lock, which a rollback keeps.
@@ -81,7 +81,7 @@ def test_a_query_asked_again_is_not_parsed_again(pg_url):
             assert session.fetch(statement, {"key": "x"}).rows == [(0,)]
             pids.append(session.fetch("SELECT pg_backend_pid()").rows[0][0])
     with readonly_session(pg_url) as session:
-        raw = session._conn.connection.driver_connection
+        raw = session.connection.connection.driver_connection
         prepared = [row[0] for row in raw.execute("SELECT statement FROM pg_prepared_statements").fetchall()]
         assert pids[0] == pids[1] == session.fetch("SELECT pg_backend_pid()").rows[0][0]
     assert [text for text in prepared if "run_key <> $1" in text] != [], prepared
@@ -99,7 +99,7 @@ def test_a_statement_outside_the_sessions_transaction_is_read_only_too(pg_url):
     """The session's BEGIN sets READ ONLY; the connection's own default does too, for anything
     that would run outside that transaction."""
     with readonly_session(pg_url) as session:
-        raw = session._conn.connection.driver_connection
+        raw = session.connection.connection.driver_connection
         raw.execute("COMMIT")  # out of the session's transaction, by hand
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             raw.execute("CREATE TABLE leak (a int)")

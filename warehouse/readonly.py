@@ -162,8 +162,8 @@ def _session(url: URL, timeout: float, *, snapshot: bool,
         opener = _sqlite_readonly(url, timeout, deadline, snapshot, max_value_bytes)
     else:
         opener = _postgres_readonly(url, timeout, snapshot)
-    with opener as (conn, describe, driver_error):
-        yield ReadSession(conn, describe, driver_error, deadline, timeout)
+    with opener as (transaction, describe, driver_error):
+        yield ReadSession(transaction, describe, driver_error, deadline, timeout)
 
 
 def _check_statement(url: URL, sql: str) -> str:
@@ -188,9 +188,9 @@ def _check_postgres(sql: str) -> str:
 class ReadSession:
     """Statements on one read-only connection (see readonly_session)."""
 
-    def __init__(self, conn: Connection, describe_error: Callable[[BaseException], str],
+    def __init__(self, transaction: "_Begun | _PostgresTransaction", describe_error: Callable[[BaseException], str],
                  driver_error: type[BaseException], deadline: float, timeout: float):
-        self._conn = conn
+        self._transaction = transaction
         self._describe_error = describe_error
         self._driver_error = driver_error  # the base class of the driver's own errors
         self._cursors = 0  # server-side cursors opened, for their names
@@ -199,8 +199,11 @@ class ReadSession:
 
     @property
     def connection(self) -> Connection:
-        """The session's connection, for the library's own statements (resolving run names)."""
-        return self._conn
+        """The session's connection, in its transaction, for the library's own statements
+        (resolving run names)."""
+        with self.errors():
+            self._transaction.run()
+        return self._transaction.conn
 
     def fetch(self, sql: str, params: Mapping[str, Any] | None = None, *,
               max_rows: int | None = DEFAULT_MAX_ROWS) -> ReadResult:
@@ -224,26 +227,38 @@ class ReadSession:
 
     def _execute(self, sql: str, params: Mapping[str, Any] | None, *, whole: bool) -> tuple[Any, list[str]]:
         """The driver's cursor with `sql` executed on it, and its columns' names."""
-        kind = _check_statement(self._conn.engine.url, sql)
-        statement, values = _compile(sql, params or {}, self._conn.dialect)
-        raw = self._conn.connection.driver_connection
+        conn = self._transaction.conn
+        kind = _check_statement(conn.engine.url, sql)
+        statement, values = _compile(sql, params or {}, conn.dialect)
+
+        def sqlite(raw):
+            cursor = raw.cursor()
+            cursor.execute(statement, values)
+            if cursor.description is None:  # the authorizer let only queries compile
+                raise WarehouseError("no SQL statement given")
+            return cursor
+
+        def prepared(raw):
+            # A prepared statement, which is one statement too (and the only way for EXPLAIN,
+            # which cannot be a cursor): its rows arrive whole.
+            cursor = raw.cursor()
+            cursor.execute(statement, values, prepare=True)
+            return cursor
+
         with self.errors():
-            if self._conn.dialect.name == "sqlite":
-                cursor = raw.cursor()
-                cursor.execute(statement, values)
-                if cursor.description is None:  # the authorizer let only queries compile
-                    raise WarehouseError("no SQL statement given")
+            if conn.dialect.name == "sqlite":
+                cursor = self._transaction.run(sqlite)
             elif kind == "query" and not whole:
                 # A server-side cursor: DECLARE goes out by the extended protocol (one
-                # statement, whatever the text holds), and rows come in batches.
+                # statement, whatever the text holds), and rows come in batches. (Not in a
+                # pipeline: the transaction is begun first.)
+                self._transaction.run()
                 self._cursors += 1
+                raw = self._transaction.conn.connection.driver_connection  # (a stale one replaced)
                 cursor = raw.cursor(name=f"warehouse_read_{self._cursors}")
                 cursor.execute(statement, values)
             else:
-                # A prepared statement, which is one statement too (and the only way for
-                # EXPLAIN, which cannot be a cursor): its rows arrive whole.
-                cursor = raw.cursor()
-                cursor.execute(statement, values, prepare=True)
+                cursor = self._transaction.run(prepared)
             return cursor, [d[0] for d in cursor.description]
 
     def check_deadline(self) -> None:
@@ -382,13 +397,23 @@ def _sqlite_readonly(url: URL, timeout: float, deadline: float, snapshot: bool,
         # refused at once instead of taking seconds in one VM step and a gigabyte of memory.
         length = raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes or -1)
         try:
-            yield conn, describe, sqlite3.Error
+            yield _Begun(conn), describe, sqlite3.Error
         finally:
             # Down again for closing, which rolls a read transaction back; the connection goes
             # back to its pool as it came.
             raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length)
             raw.set_authorizer(None)
             raw.set_progress_handler(None, 0)
+
+
+class _Begun:
+    """A session's connection whose transaction, if any, the opener began (SQLite's)."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+
+    def run(self, send: Callable[[Any], Any] | None = None) -> Any:
+        return send(self.conn.connection.driver_connection) if send else None
 
 
 # Read-only engines of the last few databases, kept: making one costs about as much as a canned
@@ -501,14 +526,17 @@ def _postgres_readonly(url: URL, timeout: float,
     # temporary tables) is discarded before the next session may use it (_END_SESSION).
     # The engine is kept too: its first connection inspects the server, which costs more still.
     # Each round trip counts here (a canned query's statement takes a fraction of a millisecond
-    # on the server), so a session costs two besides its statements: _begin and _END_SESSION.
+    # on the server): a session costs one besides its statements, _END_SESSION, as the BEGIN
+    # travels with the first statement (_PostgresTransaction).
     engine = _engine(("postgresql", url.render_as_string(hide_password=False)), lambda: _postgres_engine(url))
-    conn = _begin(engine, describe, timeout, snapshot, psycopg.Error)
+    transaction = _PostgresTransaction(engine, describe, timeout, snapshot)
     try:
-        yield conn, describe, psycopg.Error
+        yield transaction, describe, psycopg.Error
     finally:
+        conn = transaction.conn
         try:
-            conn.connection.driver_connection.execute(_END_SESSION)
+            if transaction.sent:
+                conn.connection.driver_connection.execute(_END_SESSION)
         except BaseException:
             conn.invalidate()  # never back to the pool as it was left
             raise
@@ -516,35 +544,54 @@ def _postgres_readonly(url: URL, timeout: float,
             conn.close()
 
 
-def _begin(engine: Engine, describe, timeout: float, snapshot: bool,
-           driver_error: type[BaseException]) -> Connection:
-    """A pooled connection in a new READ ONLY transaction (REPEATABLE READ for a `snapshot`: every
-    statement sees the same one) with the time limit, as the reader role where this user may take
-    it on (for the rest of the transaction: the statements that could change it back, SET, RESET
-    and set_config, are refused by sqlcheck). One round trip, our own text. It is also what finds
-    a pooled connection the server has since closed (a restart, a terminated backend), instead
-    of a ping before every session: such a connection is dropped and the next one tried; a new
-    connection that fails is an error."""
-    while True:
-        conn = _connect(engine, describe)
-        raw = conn.connection.driver_connection
-        reused = "may_be_reader" in conn.connection.info
-        try:
-            as_reader = _may_be_reader(conn)
-            raw.execute(
-                f"BEGIN{' ISOLATION LEVEL REPEATABLE READ' if snapshot else ''} READ ONLY; "
-                f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}"
-                f"{f'; SET LOCAL ROLE {READER_ROLE}' if as_reader else ''}")
-            return conn
-        except BaseException as exc:
-            stale = reused and raw.broken
-            conn.invalidate()
-            conn.close()
-            if stale:
+class _PostgresTransaction:
+    """A read session's pooled connection and its transaction: READ ONLY (REPEATABLE READ for a
+    `snapshot`: every statement sees the same one), with the time limit, as the reader role where
+    this user may take it on (for the rest of the transaction: the statements that could change
+    it back, SET, RESET and set_config, are refused by sqlcheck).
+
+    The transaction begins with the session's first statement: BEGIN and the settings are sent
+    with it in one pipeline, one round trip for all (and a statement prepared for the first time
+    is parsed in the same one), rather than a round trip of their own before it. The server runs
+    nothing of a pipeline after a command that failed, so the statement never runs outside the
+    transaction. That round trip is also what finds a pooled connection the server has since
+    closed (a restart, a terminated backend), instead of a ping before every session: nothing has
+    run on it, so it is dropped and the round trip sent again on a new one. A new connection that
+    fails is an error."""
+
+    def __init__(self, engine: Engine, describe: Callable[[BaseException], str], timeout: float,
+                 snapshot: bool):
+        self._engine, self._describe = engine, describe
+        self._begin = [f"BEGIN{' ISOLATION LEVEL REPEATABLE READ' if snapshot else ''} READ ONLY",
+                       f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}"]
+        self.conn = _connect(engine, describe)
+        self.sent = False  # a round trip went out: the session has something to end
+        self._begun = False
+
+    def run(self, send: Callable[[Any], Any] | None = None) -> Any:
+        """`send(driver_connection)`'s result (a cursor it executed), inside the transaction; with
+        no `send`, the transaction begun (for statements the caller runs itself)."""
+        if self._begun:
+            return send(self.conn.connection.driver_connection) if send else None
+        while True:
+            raw = self.conn.connection.driver_connection
+            reused = "may_be_reader" in self.conn.connection.info
+            begin = self._begin + ([f"SET LOCAL ROLE {READER_ROLE}"] if _may_be_reader(self.conn) else [])
+            self.sent = True
+            try:
+                with raw.pipeline():
+                    for statement in begin:
+                        raw.execute(statement)
+                    result = send(raw) if send else None
+            except Exception:
+                if not (reused and raw.broken):
+                    raise
+                self.conn.invalidate()
+                self.conn.close()
+                self.conn = _connect(self._engine, self._describe)
                 continue
-            if isinstance(exc, driver_error):
-                raise WarehouseError(describe(exc)) from None
-            raise
+            self._begun = True
+            return result
 
 
 def _may_be_reader(conn: Connection) -> bool:

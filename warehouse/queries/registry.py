@@ -178,7 +178,9 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
         for param in query.params:
             if param.names_run and values[param.name] is not None:
                 values[param.name] = resolve_run(session.connection, values[param.name]).run_key
-        sql, filter_binds = narrow(sql, slots, filters, session.connection)
+        # Asked for only when the filters name runs or labels: the session's connection begins
+        # its transaction, a round trip the canned statement otherwise carries with it.
+        sql, filter_binds = narrow(sql, slots, filters, session.connection if filters.runs or filters.labels else None)
         sql = _flags_written_in(sql, query, values)
         binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
         # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
@@ -233,9 +235,10 @@ _OUTCOMES_FROM_BREAKDOWN = """(SELECT b.run_id, b.task_id, sum(b.n_trials) AS n_
     FROM run_task_breakdown b WHERE {predicate} GROUP BY b.run_id, b.task_id)"""
 
 
-def narrow(sql: str, slots: Mapping[str, Mapping[str, str]], filters: Filters, conn: Connection
+def narrow(sql: str, slots: Mapping[str, Mapping[str, str]], filters: Filters, conn: Connection | None
            ) -> tuple[str, dict[str, Any]]:
-    """`sql` with its filter slots filled (module docstring), and the binds they need."""
+    """`sql` with its filter slots filled (module docstring), and the binds they need. `conn`
+    resolves the runs and labels the filters name (None: they name none)."""
     binds: dict[str, Any] = {}
     # The runs a slot allows depend on the runs and labels alone: asked once for every slot.
     run_ids = filters.run_ids(conn)
