@@ -13,7 +13,6 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from functools import lru_cache
 from itertools import groupby
 from operator import mul
 from typing import Any
@@ -225,13 +224,13 @@ def _lengths_post(columns: list[str], rows: Rows, values: Mapping[str, Any], rea
 _LENGTH_RANKS = "\n".join(line for line in sql_file("lengths_ranks").splitlines() if not line.startswith("--"))
 
 
-@lru_cache(maxsize=16)
-def _ranks_statement(measures: tuple[str, ...]) -> str:
-    """One statement for the ranks of every measure given, for one run: a row of five values
-    per measure (one statement per run rather than per measure: on PostgreSQL each statement
-    costs round trips)."""
+def _ranks_statement(run_id: int, ranks: list[tuple[str, int, int]]) -> str:
+    """One statement for the ranks of every measure given (its name, the median's rank and the
+    p90's from the top), for one run: a row of five values per measure (one statement per run
+    rather than per measure: on PostgreSQL each statement costs a round trip)."""
     return "SELECT * FROM " + " CROSS JOIN ".join(
-        f"({_LENGTH_RANKS.format(measure=measure)}) {measure}" for measure in measures)
+        f"({_LENGTH_RANKS.format(measure=measure, run=int(run_id), median=int(median), p90_from_top=int(top))}) {measure}"
+        for measure, median, top in ranks)
 
 
 def _lengths_by_rank(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
@@ -241,12 +240,9 @@ def _lengths_by_rank(columns: list[str], rows: Rows, values: Mapping[str, Any], 
     and the interpolation is percentile()'s own, so the numbers are the same to the last bit."""
     out = []
     for run, run_id, *counts in rows:
-        known = [(measure, n) for measure, n in zip(_LENGTH_MEASURES, counts) if n]
-        binds: dict[str, Any] = {"run": run_id}
-        for measure, n in known:
-            binds[f"{measure}_median"] = percentile_ranks(n, 0.5)[0]
-            binds[f"{measure}_p90_from_top"] = n - 1 - percentile_ranks(n, 0.9)[1]
-        found = iter(read(_ranks_statement(tuple(m for m, _ in known)), binds)[0] if known else ())
+        ranks = [(measure, percentile_ranks(n, 0.5)[0], n - 1 - percentile_ranks(n, 0.9)[1])
+                 for measure, n in zip(_LENGTH_MEASURES, counts) if n]
+        found = iter(read(_ranks_statement(run_id, ranks), {})[0] if ranks else ())
         for measure, n in zip(_LENGTH_MEASURES, counts):
             if not n:
                 out.append((run, measure, 0, None, None, None))
