@@ -562,8 +562,8 @@ class _PostgresTransaction:
     def __init__(self, engine: Engine, describe: Callable[[BaseException], str], timeout: float,
                  snapshot: bool):
         self._engine, self._describe = engine, describe
-        self._begin = [f"BEGIN{' ISOLATION LEVEL REPEATABLE READ' if snapshot else ''} READ ONLY",
-                       f"SET LOCAL statement_timeout = {max(1, int(timeout * 1000))}"]
+        self._begin = f"BEGIN{' ISOLATION LEVEL REPEATABLE READ' if snapshot else ''} READ ONLY"
+        self._timeout_ms = max(1, int(timeout * 1000))
         self.conn = _connect(engine, describe)
         self.sent = False  # a round trip went out: the session has something to end
         self._begun = False
@@ -576,12 +576,15 @@ class _PostgresTransaction:
         while True:
             raw = self.conn.connection.driver_connection
             reused = "may_be_reader" in self.conn.connection.info
-            begin = self._begin + ([f"SET LOCAL ROLE {READER_ROLE}"] if _may_be_reader(self.conn) else [])
+            # set_config(..., true) is SET LOCAL (the role's too, checked as SET ROLE is), two
+            # settings in one statement.
+            settings = f"SELECT set_config('statement_timeout', '{self._timeout_ms}', true)" + (
+                f", set_config('role', '{READER_ROLE}', true)" if _may_be_reader(self.conn) else "")
             self.sent = True
             try:
                 with raw.pipeline():
-                    for statement in begin:
-                        raw.execute(statement)
+                    raw.execute(self._begin)
+                    raw.execute(settings)
                     result = send(raw) if send else None
             except Exception:
                 if not (reused and raw.broken):
