@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from warehouse.errors import WarehouseError
+from warehouse.filters import Filters
 from warehouse.readonly import READER_ROLE, readonly_session, run_readonly
 
 # The PostgreSQL read pool only. SQLite's read connections were pooled before; what keeps them
@@ -104,3 +105,45 @@ def test_a_statement_outside_the_sessions_transaction_is_read_only_too(pg_url):
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             raw.execute("CREATE TABLE leak (a int)")
     assert run_readonly(pg_url, "SELECT count(*) FROM pg_tables WHERE tablename = 'leak'").rows == [(0,)]
+
+
+def _other_sessions(url: str) -> list[str]:
+    """The states of the database's sessions but the asking one (the read pool's among them)."""
+    admin = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        return [state for (state,) in conn.execute(
+            "SELECT state FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'")]
+
+
+@pytest.mark.parametrize(("name", "given", "filters"), [
+    ("runs", {}, None),  # the statement carries its COMMIT
+    ("lengths", {}, None),  # reads more after its statement (the ranks), in the same snapshot
+    ("failures", {}, Filters(runs=("nosuch",))),  # fails after the transaction began
+])
+def test_a_canned_query_leaves_no_transaction_open(pg_url, name, given, filters):
+    """A canned query's session ends with its statement's round trip, or after its last read, or
+    after an error: whichever, its pooled connection is idle, not idle in a transaction (which
+    would hold a snapshot and locks, and block a migration, for as long as the process lives)."""
+    from warehouse.queries import QUERIES, run_canned
+
+    try:
+        run_canned(pg_url, QUERIES[name], given, filters=filters)
+    except WarehouseError as exc:
+        assert filters is not None, exc
+    states = _other_sessions(pg_url)
+    assert "idle" in states and not [s for s in states if s.startswith("idle in transaction")], states
+    if filters is None:  # and ended by COMMIT: psycopg forgets its prepared statements on a ROLLBACK
+        with readonly_session(pg_url) as session:
+            [(prepared,)] = session.fetch("SELECT count(*) FROM pg_prepared_statements "
+                                          "WHERE statement NOT LIKE '%pg_prepared_statements%'").rows
+        assert prepared > 0
+
+
+def test_a_callers_text_is_reset_even_after_its_last_statement_ended_the_transaction(pg_url):
+    with readonly_session(pg_url) as session:
+        session.fetch("SELECT 1", last=True)
+        # Outside any transaction now: a session setting, which only the reset undoes.
+        session._transaction.conn.connection.driver_connection.execute("SET application_name = 'leak'")
+    assert _state(pg_url, timeout=5)[4] == ""
+    assert "idle" in _other_sessions(pg_url)

@@ -144,24 +144,30 @@ def stream_readonly(
 
 
 @contextmanager
-def readonly_session(url: URL | str, *, timeout: float = DEFAULT_TIMEOUT) -> Iterator["ReadSession"]:
+def readonly_session(url: URL | str, *, timeout: float = DEFAULT_TIMEOUT,
+                     own_text: bool = False) -> Iterator["ReadSession"]:
     """A read-only connection for several statements that all see the same snapshot of the
-    database: what a canned query needs when its answer takes more than one read."""
+    database: what a canned query needs when its answer takes more than one read.
+
+    `own_text`: every statement's text is the library's own (a canned query's; values bound),
+    never a caller's. Such statements cannot leave anything in the session, so on PostgreSQL the
+    session ends with its COMMIT alone, not with the reset of all a caller's text could have left
+    (_END_SESSION); and a fetch(..., last=True) carries that COMMIT in its own round trip."""
     if isinstance(url, str):
         url = resolve_url(url)
     check_timeout(timeout)
-    with _session(url, timeout, snapshot=True) as session:
+    with _session(url, timeout, snapshot=True, own_text=own_text) as session:
         yield session
 
 
 @contextmanager
-def _session(url: URL, timeout: float, *, snapshot: bool,
-             max_value_bytes: int | None = None) -> Iterator["ReadSession"]:
+def _session(url: URL, timeout: float, *, snapshot: bool, max_value_bytes: int | None = None,
+             own_text: bool = False) -> Iterator["ReadSession"]:
     deadline = time.monotonic() + timeout
     if url.get_backend_name() == "sqlite":
         opener = _sqlite_readonly(url, timeout, deadline, snapshot, max_value_bytes)
     else:
-        opener = _postgres_readonly(url, timeout, snapshot)
+        opener = _postgres_readonly(url, timeout, snapshot, own_text)
     with opener as (transaction, describe, driver_error):
         yield ReadSession(transaction, describe, driver_error, deadline, timeout)
 
@@ -206,13 +212,15 @@ class ReadSession:
         return self._transaction.conn
 
     def fetch(self, sql: str, params: Mapping[str, Any] | None = None, *,
-              max_rows: int | None = DEFAULT_MAX_ROWS) -> ReadResult:
+              max_rows: int | None = DEFAULT_MAX_ROWS, last: bool = False) -> ReadResult:
         """One statement whose whole answer is wanted at once (a canned query's: aggregates, at
         most tasks x runs rows), as run_readonly runs it. On PostgreSQL a prepared statement
         rather than stream's cursor: the rows come back with the statement, one round trip, and
         the pooled connection keeps the plan for the next time it is asked. The time limit is
-        the database's alone here (nothing consumes the rows meanwhile), looked at once after."""
-        cursor, columns = self._execute(sql, params, whole=True)
+        the database's alone here (nothing consumes the rows meanwhile), looked at once after.
+        `last`: no statement follows in this session, whose transaction may end in the same
+        round trip (PostgreSQL; a statement after it would begin another)."""
+        cursor, columns = self._execute(sql, params, whole=True, last=last)
         with self.errors():
             rows = cursor.fetchall() if max_rows is None else cursor.fetchmany(max_rows + 1)
         self.check_deadline()
@@ -222,10 +230,11 @@ class ReadSession:
     def stream(self, sql: str, params: Mapping[str, Any] | None = None, *,
                max_rows: int | None = DEFAULT_MAX_ROWS, batch: int = _BATCH) -> RowStream:
         """One statement, its rows streamed (see stream_readonly), `batch` rows at a time."""
-        cursor, columns = self._execute(sql, params, whole=False)
+        cursor, columns = self._execute(sql, params, whole=False, last=False)
         return RowStream(columns, _batches(cursor, batch), max_rows, self)
 
-    def _execute(self, sql: str, params: Mapping[str, Any] | None, *, whole: bool) -> tuple[Any, list[str]]:
+    def _execute(self, sql: str, params: Mapping[str, Any] | None, *, whole: bool,
+                 last: bool) -> tuple[Any, list[str]]:
         """The driver's cursor with `sql` executed on it, and its columns' names."""
         conn = self._transaction.conn
         kind = _check_statement(conn.engine.url, sql)
@@ -258,7 +267,7 @@ class ReadSession:
                 cursor = raw.cursor(name=f"warehouse_read_{self._cursors}")
                 cursor.execute(statement, values)
             else:
-                cursor = self._transaction.run(prepared)
+                cursor = self._transaction.run(prepared, last=last)
             return cursor, [d[0] for d in cursor.description]
 
     def check_deadline(self) -> None:
@@ -412,7 +421,7 @@ class _Begun:
     def __init__(self, conn: Connection):
         self.conn = conn
 
-    def run(self, send: Callable[[Any], Any] | None = None) -> Any:
+    def run(self, send: Callable[[Any], Any] | None = None, *, last: bool = False) -> Any:
         return send(self.conn.connection.driver_connection) if send else None
 
 
@@ -505,8 +514,8 @@ _END_SESSION = ("COMMIT; CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL
 
 
 @contextmanager
-def _postgres_readonly(url: URL, timeout: float,
-                       snapshot: bool) -> Iterator[tuple[Connection, Any, type[BaseException]]]:
+def _postgres_readonly(url: URL, timeout: float, snapshot: bool,
+                       own_text: bool) -> Iterator[tuple[Any, Any, type[BaseException]]]:
     import psycopg
 
     def describe(exc: BaseException) -> str:
@@ -526,8 +535,8 @@ def _postgres_readonly(url: URL, timeout: float,
     # temporary tables) is discarded before the next session may use it (_END_SESSION).
     # The engine is kept too: its first connection inspects the server, which costs more still.
     # Each round trip counts here (a canned query's statement takes a fraction of a millisecond
-    # on the server): a session costs one besides its statements, _END_SESSION, as the BEGIN
-    # travels with the first statement (_PostgresTransaction).
+    # on the server): a session costs one besides its statements, its end, as the BEGIN travels
+    # with the first statement (_PostgresTransaction); a canned query's, none.
     engine = _engine(("postgresql", url.render_as_string(hide_password=False)), lambda: _postgres_engine(url))
     transaction = _PostgresTransaction(engine, describe, timeout, snapshot)
     try:
@@ -535,8 +544,9 @@ def _postgres_readonly(url: URL, timeout: float,
     finally:
         conn = transaction.conn
         try:
-            if transaction.sent:
-                conn.connection.driver_connection.execute(_END_SESSION)
+            end = transaction.end(own_text)
+            if end:
+                conn.connection.driver_connection.execute(end)
         except BaseException:
             conn.invalidate()  # never back to the pool as it was left
             raise
@@ -565,13 +575,27 @@ class _PostgresTransaction:
         self._begin = f"BEGIN{' ISOLATION LEVEL REPEATABLE READ' if snapshot else ''} READ ONLY"
         self._timeout_ms = max(1, int(timeout * 1000))
         self.conn = _connect(engine, describe)
-        self.sent = False  # a round trip went out: the session has something to end
+        self._sent = False  # a round trip went out: the session has something to end
         self._begun = False
+        self._committed = False  # by a last statement
 
-    def run(self, send: Callable[[Any], Any] | None = None) -> Any:
+    def end(self, own_text: bool) -> str | None:
+        """What the session ends with: nothing if nothing was sent. Its COMMIT, unless a last
+        statement carried it and nothing began since (a pipeline that failed may have left its
+        transaction open, aborted: COMMIT rolls that back); then, for a session that ran a
+        caller's text, the rest of _END_SESSION."""
+        if not self._sent:
+            return None
+        open_ = self._begun or not self._committed
+        if own_text:
+            return "COMMIT" if open_ else None
+        return _END_SESSION if open_ else _END_SESSION.removeprefix("COMMIT; ")
+
+    def run(self, send: Callable[[Any], Any] | None = None, *, last: bool = False) -> Any:
         """`send(driver_connection)`'s result (a cursor it executed), inside the transaction; with
-        no `send`, the transaction begun (for statements the caller runs itself)."""
-        if self._begun:
+        no `send`, the transaction begun (for statements the caller runs itself). `last`: the
+        transaction is committed after it, in the same round trip."""
+        if self._begun and not last:
             return send(self.conn.connection.driver_connection) if send else None
         while True:
             raw = self.conn.connection.driver_connection
@@ -580,20 +604,23 @@ class _PostgresTransaction:
             # settings in one statement.
             settings = f"SELECT set_config('statement_timeout', '{self._timeout_ms}', true)" + (
                 f", set_config('role', '{READER_ROLE}', true)" if _may_be_reader(self.conn) else "")
-            self.sent = True
+            self._sent = True
             try:
                 with raw.pipeline():
-                    raw.execute(self._begin)
-                    raw.execute(settings)
+                    if not self._begun:
+                        raw.execute(self._begin)
+                        raw.execute(settings)
                     result = send(raw) if send else None
+                    if last:
+                        raw.execute("COMMIT")
             except Exception:
-                if not (reused and raw.broken):
+                if self._begun or not (reused and raw.broken):
                     raise
                 self.conn.invalidate()
                 self.conn.close()
                 self.conn = _connect(self._engine, self._describe)
                 continue
-            self._begun = True
+            self._begun, self._committed = not last, last
             return result
 
 

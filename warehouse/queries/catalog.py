@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL
 
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
-from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, run_canned, sql_file
+from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, reads_more, run_canned, sql_file
 from warehouse.queries.stats import (bootstrap_counts, interpolate, mcnemar_exact, pass_at_k, percentile,
                                      percentile_interval, percentile_ranks, wilson_interval)
 from warehouse.runs import label_sort_key
@@ -233,6 +233,7 @@ def _ranks_statement(run_id: int, ranks: list[tuple[str, int, int]]) -> str:
         for measure, median, top in ranks)
 
 
+@reads_more
 def _lengths_by_rank(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
                      ) -> tuple[list[str], Rows]:
     """_lengths_post's rows from the summaries: lengths_summary.sql counts each run's trials

@@ -107,6 +107,15 @@ Rows = list[tuple[Any, ...]]
 Read = Callable[[str, Mapping[str, Any]], Rows]
 # (columns, rows, parameter values, read) -> (columns, rows), for what SQL cannot do portably.
 PostProcess = Callable[[list[str], Rows, Mapping[str, Any], Read], tuple[list[str], Rows]]
+
+
+def reads_more(post: PostProcess) -> PostProcess:
+    """Marks a post-processing that reads further statements (through its Read): the query's
+    own statement is then not the last of its session, which stays open for them."""
+    post.reads_more = True  # type: ignore[attr-defined]
+    return post
+
+
 # (database URL, parameter values, filters, timeout) -> one line the CLI prints on stderr after a table.
 Footnote = Callable[[URL | str, Mapping[str, Any], "Filters", float], str]
 
@@ -174,7 +183,9 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
     filters = filters or Filters()
     sql, post = query.plan(values, summaries, filters)
     slots = query.summary_filter_slots if sql is query.summary_sql else query.filter_slots
-    with readonly_session(url, timeout=timeout) as session:
+    # The statements are all the library's own text (the values are bound), which lets the
+    # session end with its statement's round trip (readonly_session, own_text).
+    with readonly_session(url, timeout=timeout, own_text=True) as session:
         for param in query.params:
             if param.names_run and values[param.name] is not None:
                 values[param.name] = resolve_run(session.connection, values[param.name]).run_key
@@ -184,7 +195,7 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
         sql = _flags_written_in(sql, query, values)
         binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
         # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
-        result = session.fetch(sql, binds, max_rows=None)
+        result = session.fetch(sql, binds, max_rows=None, last=not getattr(post, "reads_more", False))
         columns, rows = result.columns, result.rows
         if post is not None:
             columns, rows = post(columns, rows, values,
