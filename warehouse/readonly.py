@@ -15,7 +15,8 @@ statements. Layers, each stopping what the ones before it let through (README, "
   `warehouse_reader` (SET LOCAL ROLE; it may only read the warehouse's tables) where the
   migrations could create it and the connecting user may take it on; its session reset at the
   end (all DISCARD ALL resets but the prepared statements, see _END_SESSION) before it is pooled
-  for the next, so nothing a statement changed in the session outlives it.
+  for the next, so nothing a statement changed in the session outlives it. (A session of the
+  library's own text alone, a canned query's, could change nothing: its COMMIT ends it.)
 - SQLite: a connection of its own (pooled for reuse, see _engine) that opens the file as every
   reader does (warehouse.db.engine.sqlite_read_connection: `PRAGMA query_only`, and `mode=ro`
   unless that would leave files behind), so the library itself refuses every write.
