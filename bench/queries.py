@@ -170,6 +170,7 @@ def on_postgres(sqlite_db: Path, dataset: Path, repeat: int, admin_url: str) -> 
         lite = resolve_url(str(sqlite_db))
         run_keys = [row[0] for row in _run(lite, catalog.QUERIES["runs"], {})]
         task = _run(lite, catalog.QUERIES["solve-matrix"], {})[0][0]
+        results.extend(_whole_process(pg, sqlite_db, task, repeat))
         for query in catalog.QUERIES.values():
             params = _params(query, run_keys)
             for label, filters in (("", None), (", --run one", Filters(runs=(run_keys[0],))),
@@ -184,6 +185,29 @@ def on_postgres(sqlite_db: Path, dataset: Path, repeat: int, admin_url: str) -> 
         return results
     finally:
         _drop_postgres(admin, name)
+
+
+# Queries timed as commands too, whole processes: what a user of the team backend waits for.
+WHOLE_PROCESS_QUERIES = (("runs",), ("failures",), ("solve-matrix", "--task", "{task}"))
+
+
+def _whole_process(pg, sqlite_db: Path, task: str, repeat: int) -> list[tuple[str, str, str, str]]:
+    """`warehouse query …` as a command against the PostgreSQL warehouse and the SQLite one
+    (the same data), start-up and connecting included, the two taking turns."""
+    from bench.run import STARTUP_ROUNDS_PER_REPEAT, median, time_commands, warehouse_command
+
+    rows = []
+    for args in WHOLE_PROCESS_QUERIES:
+        args = tuple(arg.format(task=task) for arg in args)
+        times = time_commands({
+            backend: (lambda db=db: warehouse_command("--db", db, "query", *args))
+            for backend, db in (("PostgreSQL", pg.render_as_string(hide_password=False)), ("SQLite", str(sqlite_db)))
+        }, repeat * STARTUP_ROUNDS_PER_REPEAT)
+        ours, lite = (median(times[backend]) * 1000 for backend in ("PostgreSQL", "SQLite"))
+        shown = " ".join(args[:1] + (("--task one",) if len(args) > 1 else ()))
+        rows.append((f"query {shown}, whole process (PostgreSQL, math×5)", f"{ours:.0f} ms",
+                     f"SQLite, whole process {lite:.0f} ms", f"{ours / lite:.2f}× SQLite's time"))
+    return rows
 
 
 def statistics_cost(dataset: Path, admin_url: str) -> tuple[str, str, str, str]:

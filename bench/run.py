@@ -641,7 +641,9 @@ Datasets (from `ingest.generate`, fixed seeds):
   answering the same question over the raw Parquet (`bench/queries.py`). `pass-at-k` and
   `compare-test` answer with bootstrap intervals (2000 resamples), so DuckDB's side computes
   them too, resampling the tasks row by row as its user would; the row after each gives DuckDB's
-  estimate alone. On PostgreSQL: against the same query on SQLite, right after the ingest.
+  estimate alone. On PostgreSQL: against the same query on SQLite, right after the ingest;
+  and a few as commands, whole processes (start-up and connecting included), the two backends
+  taking turns.
 - *peak RSS*: the largest sum, sampled every 5 ms, of the proportional set sizes (PSS) of the
   ingest process and its reader process (pages the fork shares count once).
 

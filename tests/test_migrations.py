@@ -256,3 +256,19 @@ def test_cli_downgrade_of_an_empty_warehouse_does_not_ask(db_url):
 
     done = run_cli(db_url, "db", "downgrade", "base")
     assert done.returncode == 0 and "now at base" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("args", [("query", "runs"), ("sql", "select 1"), ("search", "hello")],
+                         ids=["query", "sql", "search"])
+def test_a_read_refuses_a_stale_schema_in_one_line(db_url, args):
+    """The reads that go through warehouse.readonly check the revision on its own connection
+    (PostgreSQL: the one the read then uses); a revision behind head is still refused, with the fix."""
+    from procs import run_cli
+
+    assert run_cli(db_url, "db", "upgrade").returncode == 0
+    assert run_cli(db_url, "db", "downgrade", "0009", "--yes").returncode == 0
+    done = run_cli(db_url, *args)
+    assert done.returncode == 1, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("Error: ") and line.endswith(
+        f" is at schema 0009, this tool needs {schema.head_revision()}: run `warehouse db upgrade`"), line

@@ -179,6 +179,21 @@ class Warehouse:
                 schema.ensure_current(self._read_engine)
         return self._read_engine
 
+    def _ready_for_reads(self) -> None:
+        """The schema checked before a read that goes through warehouse.readonly (query, sql,
+        search). On PostgreSQL that check reads on readonly's pooled connection, so a command
+        opens one connection, not two (each a server process, about 8 ms, and the driver's first
+        look at the server); only a revision other than head goes on to read_engine's check,
+        for its one-line refusal."""
+        from warehouse.db import schema
+
+        if self.url.get_backend_name() != "sqlite":
+            from warehouse.readonly import schema_revision
+
+            if schema_revision(self.url) == schema.head_revision():
+                return
+        self.read_engine()
+
     # --- writing ---------------------------------------------------------------------------------
 
     def ingest(self, sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], /, *,
@@ -232,7 +247,7 @@ class Warehouse:
             raise WarehouseError(f"no canned query {name!r}: the queries are {', '.join(QUERIES)}")
         filters = _filters(run=run, task=task, model=model, agent=agent, label=label)
         canned.values(params)  # a parameter it has not, a value it refuses: before connecting
-        self.read_engine()
+        self._ready_for_reads()
         with _errors():
             result = run_canned(self.url, canned, params, timeout=timeout, filters=filters)
         return Result(result.columns, result.rows)
@@ -254,7 +269,7 @@ class Warehouse:
         `max_value_bytes` caps any one value a SQLite statement may build or read."""
         from warehouse.readonly import stream_readonly
 
-        self.read_engine()
+        self._ready_for_reads()
         with _errors(), stream_readonly(self.url, text, {**(params or {}), **binds}, timeout=timeout,
                                         max_rows=max_rows, max_value_bytes=max_value_bytes) as rows:
             yield rows
@@ -265,7 +280,7 @@ class Warehouse:
         turn with a snippet; at most `limit` (`truncated`: there were more)."""
         from warehouse.search import search
 
-        self.read_engine()
+        self._ready_for_reads()
         with _errors():
             found = search(self.url, text, run=run, task=task, role=role, limit=limit, timeout=timeout)
         return Result(found.columns, found.rows, found.truncated, found.note)

@@ -140,7 +140,7 @@ def _register(query: CannedQuery) -> None:
         write_rows(result.columns, result.rows, format, wide=wide)
         if query.footnote is not None and format is Format.table:
             # On stderr, so that it reaches the reader however stdout is redirected.
-            echo_err(query.footnote(wh.read_engine().url, values, filters, timeout))
+            echo_err(query.footnote(wh.url, values, filters, timeout))
 
     command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
