@@ -81,8 +81,8 @@ def _restricted(backend: str, tmp_path, request, keep) -> Iterator[str]:
 def _variants(name: str, runs: list[str]) -> list[dict[str, Any]]:
     params = {p.name for p in QUERIES[name].params}
     variants: list[dict[str, Any]] = [{}]
-    if "by" in params:
-        variants += [{"by": "model"}, {"by": "agent"}, {"by": "label:step"}, {"by": "label:kind"}]
+    for by in (p for p in QUERIES[name].params if p.name == "by"):
+        variants += [{"by": c} for c in by.choices if c != "run"] + [{"by": "label:step"}, {"by": "label:kind"}]
     if "unsolved" in params:
         variants += [{"unsolved": True}, {"solved_by_all": True}]
     if "per_task" in params:
@@ -186,6 +186,35 @@ def test_pass_rate_by_label_orders_numbers_as_numbers(whole, engine):
         run_canned(whole, QUERIES["pass-rate"], {"by": "task"})
     with pytest.raises(WarehouseError, match="label:KEY needs a label key"):
         run_canned(whole, QUERIES["pass-rate"], {"by": "label:"})
+
+
+def test_pass_at_k_by_label_pools_the_attempts_of_the_runs_that_share_a_value(whole):
+    """kind=x is run-b and run-c: each task's n and c are theirs summed, and the group's pass@k is
+    the mean over its tasks of pass@k of those (n, c); the groups read in the label's order."""
+    from warehouse.queries.stats import pass_at_k
+
+    query = QUERIES["pass-at-k"]
+    per_run = run_canned(whole, query, {"per_task": True, "k": "1,2"}).rows
+    pooled: dict[tuple[str, str], list[int]] = {}
+    kind = {"run-a": "y", "run-b": "x", "run-c": "x"}
+    for run, task, n, c, *_ in per_run:
+        cell = pooled.setdefault((kind[run], task), [0, 0])
+        cell[0] += n
+        cell[1] += c
+    result = run_canned(whole, query, {"per_task": True, "k": "1,2", "by": "label:kind"})
+    assert result.columns[:4] == ["kind", "task", "n", "c"]
+    assert [tuple(row[:4]) for row in result.rows] == [(g, t, n, c) for (g, t), (n, c) in sorted(pooled.items())]
+    means = run_canned(whole, query, {"k": "1,2", "by": "label:kind"})
+    assert [row[0] for row in means.rows] == ["x", "y"]
+    for row in means.rows:
+        cells = [(n, c) for (g, _), (n, c) in pooled.items() if g == row[0]]
+        assert row[1] == len(cells) and row[2] == min(n for n, _ in cells)
+        for k, at in ((1, 3), (2, 6)):
+            known = [pass_at_k(n, c, k) for n, c in cells if n >= k]
+            assert row[at] == pytest.approx(sum(known) / len(known))
+            assert row[at + 1] <= row[at] <= row[at + 2]
+    with pytest.raises(WarehouseError, match="--by must be one of run, label:KEY"):
+        run_canned(whole, query, {"by": "model"})
 
 
 # --- the command line ----------------------------------------------------------------------

@@ -124,21 +124,26 @@ def _pass_at_k_post(columns: list[str], rows: Rows, values: Mapping[str, Any], r
                     ) -> tuple[list[str], Rows]:
     ks: IntList = values["k"]
     _uncertainty(values)  # checked with --per-task too, which has no interval
+    by: str = values["by"]
+    group_column = by[len("label:"):] if by.startswith("label:") else "run_key"
+    if by.startswith("label:"):  # a sweep reads in its label's order: step 2 before step 10
+        rows = sorted(rows, key=lambda row: label_sort_key(row[0]))
     if values["per_task"]:  # one row per task: its (n, c) counted once
-        return ["run_key", "task", "n", "c", *(f"pass@{k}" for k in ks)], [
-            (run, task, n, c, *(pass_at_k(n, c, k) for k in ks)) for run, task, n, c, _ in rows]
-    per_run = []
-    for run, group in groupby(rows, key=lambda row: row[0]):
-        cells = [(int(n), int(c), int(tasks)) for _, _, n, c, tasks in group]  # a task's pass@k is its cell's
+        return [group_column, "task", "n", "c", *(f"pass@{k}" for k in ks)], [
+            (group, task, n, c, *(pass_at_k(int(n), int(c), k) for k in ks)) for group, task, n, c, _ in rows]
+    per_group = []
+    for group, cells_of in groupby(rows, key=lambda row: row[0]):
+        cells = [(int(n), int(c), int(tasks)) for _, _, n, c, tasks in cells_of]  # a task's pass@k is its cell's
         weights = [tasks for *_, tasks in cells]
         scores = [[pass_at_k(n, c, k) for n, c, _ in cells] for k in ks]
-        # Seeded per run, so that a run's interval is the same whichever other runs are shown.
-        intervals = _bootstrap_means(scores, weights, values, random.Random(f"{values['seed']}:{run}"))
+        # Seeded per group (a run's key, a label's value), so that its interval is the same
+        # whichever other groups are shown.
+        intervals = _bootstrap_means(scores, weights, values, random.Random(f"{values['seed']}:{group}"))
         estimates = [value for score, interval in zip(scores, intervals)
                      for value in (_mean(score, weights), *interval)]
-        per_run.append((run, sum(weights), min(n for n, _, _ in cells), *estimates))
+        per_group.append((group, sum(weights), min(n for n, _, _ in cells), *estimates))
     k_columns = [column for k in ks for column in (f"pass@{k}", f"pass@{k}_low", f"pass@{k}_high")]
-    return ["run_key", "tasks", "min_attempts", *k_columns], per_run
+    return [group_column, "tasks", "min_attempts", *k_columns], per_group
 
 
 def _compare_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
@@ -320,6 +325,9 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         description=(
             "Unbiased pass@k per run (the mean over its tasks) with its bootstrap interval, or per "
             "task and run with --per-task.\n\n"
+            "--by label:KEY groups by a run label instead (a sweep's step, say): a task's attempts "
+            "in all the runs that carry the same value are pooled into one n and c; runs without "
+            "the label make one group, shown empty.\n\n"
             "pass@k = 1 - C(n-c, k) / C(n, k) for a task attempted n times with c successes. It is "
             "empty (NULL) for a task with fewer than k attempts, and a run's mean covers only the "
             "tasks with at least k attempts: min_attempts shows when some were left out.\n\n"
@@ -330,7 +338,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         ),
         params=(
             Param("k", IntList, "1,5,10", "The k values, separated by commas."),
-            Param("per_task", bool, False, "One row per run and task, with n and c, instead of per run."),
+            Param("by", str, "run", "Group by run or label:KEY.", choices=("run",), by_label=True),
+            Param("per_task", bool, False, "One row per run (or group) and task, with n and c, instead of per run."),
             THRESHOLD,
             CONFIDENCE,
             RESAMPLES,
