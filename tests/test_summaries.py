@@ -123,8 +123,8 @@ def assert_exact(engine) -> None:
 def _variants(name: str, runs: list[str]) -> list[dict[str, Any]]:
     params = {p.name for p in QUERIES[name].params}
     variants: list[dict[str, Any]] = [{}]
-    if "by" in params:
-        variants += [{"by": "model"}, {"by": "agent"}]
+    for by in (p for p in QUERIES[name].params if p.name == "by"):
+        variants += [{"by": c} for c in by.choices if c != "run"] + [{"by": "label:dataset"}]
     if "unsolved" in params:
         variants += [{"unsolved": True}, {"solved_by_all": True}]
     if "per_task" in params:
