@@ -45,12 +45,17 @@ def _shards(dataset: Path) -> list[Path]:
     return sorted((dataset / "data").glob("*.parquet"))
 
 
+def _remove_sqlite(path: Path) -> None:
+    """A SQLite file gone, with the -wal and -shm beside it."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 def _fresh_sqlite(path: Path):
     from warehouse.db import schema
     from warehouse.db.engine import make_engine, resolve_url
 
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    _remove_sqlite(path)
     engine = make_engine(resolve_url(str(path)))
     schema.upgrade(engine)
     return engine
@@ -125,8 +130,7 @@ def child(method: str, dataset: Path, work: Path, pg: str | None) -> dict:
         rows = floors.normalize(shards, dataset.name)
         result["seconds"] = floors.sqlite_writer_bound(rows, _fresh_sqlite(db))
     elif method == "pandas-sqlite":
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        _remove_sqlite(db)
         t0 = time.perf_counter()
         floors.pandas_path(shards, db)
         result["seconds"] = time.perf_counter() - t0
@@ -301,14 +305,12 @@ def main() -> None:
 
     # Five times the math export in four shards: whole-process ingest, re-ingest, peak RSS.
     db = work / "math-x5.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    _remove_sqlite(db)
     cli = [sys.executable, "-m", "warehouse", "--db", str(db), "ingest", str(data["math-x5"])]
     first_s, first_rss = peak_rss_of(cli)
     results.append(("ingest math×5 (4 shards), whole process", f"{first_s:.2f} s", "", f"peak RSS {first_rss:.0f} MB"))
     small_db = work / "math-rss.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{small_db}{suffix}").unlink(missing_ok=True)
+    _remove_sqlite(small_db)
     small_s, small_rss = peak_rss_of([sys.executable, "-m", "warehouse", "--db", str(small_db), "ingest",
                                       str(data["math"])])
     results.append(("peak RSS: math×5 vs math", f"{first_rss:.0f} MB", f"math {small_rss:.0f} MB",
@@ -431,8 +433,7 @@ def time_commands(commands: dict[str, Callable[[], list[str]]], rounds: int,
 
 
 def _copy_of(template: Path, path: Path) -> Path:
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    _remove_sqlite(path)
     shutil.copyfile(template, path)
     return path
 
@@ -562,8 +563,7 @@ def canned_query_results(data: dict[str, Path], work: Path, args) -> list[tuple[
     from bench import queries
 
     db = work / "math-x5-queries.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    _remove_sqlite(db)
     subprocess.run(warehouse_command("--db", str(db), "ingest", str(data["math-x5"])), check=True,
                    stdout=subprocess.DEVNULL)
     results = queries.compare(db, data["math-x5"], args.repeat)
