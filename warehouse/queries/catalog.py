@@ -77,15 +77,19 @@ def _uncertainty(values: Mapping[str, Any]) -> tuple[float, int]:
     return confidence, resamples
 
 
+def _grouped(by: str, rows: Rows) -> tuple[str, Rows]:
+    """The name of the column a `--by` groups by (run_key, model, agent, or the label's key),
+    and the rows (the group first) in the groups' order: a label's as a sweep is read, step 2
+    before step 10 (warehouse.runs.label_sort_key); SQL's otherwise."""
+    if by.startswith("label:"):
+        return by[len("label:"):], sorted(rows, key=lambda row: label_sort_key(row[0]))
+    return {"run": "run_key"}.get(by, by), rows
+
+
 def _pass_rate_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
                     ) -> tuple[list[str], Rows]:
     confidence, _ = _uncertainty(values)
-    by: str = values["by"]
-    if by.startswith("label:"):  # a sweep reads in its label's order: step 2 before step 10
-        name = by[len("label:"):]
-        rows = sorted(rows, key=lambda row: label_sort_key(row[0]))
-    else:
-        name = {"run": "run_key"}.get(by, by)
+    name, rows = _grouped(values["by"], rows)
     at = columns.index("pass_rate") + 1
     named = [name if c == "grp" else c for c in columns]
     trials, successes = columns.index("trials"), columns.index("successes")
@@ -124,10 +128,7 @@ def _pass_at_k_post(columns: list[str], rows: Rows, values: Mapping[str, Any], r
                     ) -> tuple[list[str], Rows]:
     ks: IntList = values["k"]
     _uncertainty(values)  # checked with --per-task too, which has no interval
-    by: str = values["by"]
-    group_column = by[len("label:"):] if by.startswith("label:") else "run_key"
-    if by.startswith("label:"):  # a sweep reads in its label's order: step 2 before step 10
-        rows = sorted(rows, key=lambda row: label_sort_key(row[0]))
+    group_column, rows = _grouped(values["by"], rows)
     if values["per_task"]:  # one row per task: its (n, c) counted once
         return [group_column, "task", "n", "c", *(f"pass@{k}" for k in ks)], [
             (group, task, n, c, *(pass_at_k(int(n), int(c), k) for k in ks)) for group, task, n, c, _ in rows]
@@ -334,7 +335,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             "pass@k_low and pass@k_high bound a run's mean at --confidence (default 0.95): the "
             "percentile interval of the mean over --resamples (default 2000) resamples of the run's "
             "tasks with replacement, drawn from a generator seeded with --seed (default 0) and the "
-            "run's key, so the same command gives the same interval. --per-task rows have none."
+            "run's key (or the label's value), so the same command gives the same interval. "
+            "--per-task rows have none."
         ),
         params=(
             Param("k", IntList, "1,5,10", "The k values, separated by commas."),
