@@ -71,6 +71,11 @@ class Filters:
         """Whether these filters pick trials within a run (by task, model or agent), not only runs."""
         return bool(self.tasks or self.models or self.agents)
 
+    @property
+    def names_runs(self) -> bool:
+        """Whether these filters name runs or labels, which run_ids resolves in the database."""
+        return bool(self.runs or self.labels)
+
     def runs_only(self) -> "Filters":
         """The part of these filters that picks runs (runs and labels)."""
         return Filters(runs=self.runs, labels=self.labels)

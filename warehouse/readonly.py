@@ -617,16 +617,12 @@ class _PostgresTransaction:
         while True:
             raw = self.conn.connection.driver_connection
             reused = "may_be_reader" in self.conn.connection.info
-            # set_config(..., true) is SET LOCAL (the role's too, checked as SET ROLE is), two
-            # settings in one statement.
-            settings = f"SELECT set_config('statement_timeout', '{self._timeout_ms}', true)" + (
-                f", set_config('role', '{READER_ROLE}', true)" if _may_be_reader(self.conn) else "")
+            begin = [] if self._begun else [self._begin, self._settings()]
             self._sent = True
             try:
                 with raw.pipeline():
-                    if not self._begun:
-                        raw.execute(self._begin)
-                        raw.execute(settings)
+                    for statement in begin:
+                        raw.execute(statement)
                     result = send(raw) if send else None
                     if last:
                         raw.execute("COMMIT")
@@ -639,6 +635,12 @@ class _PostgresTransaction:
                 continue
             self._begun, self._committed = not last, last
             return result
+
+    def _settings(self) -> str:
+        """The time limit and the reader role, for the transaction only: set_config(..., true) is
+        SET LOCAL (the role's checked as SET ROLE's is), two settings in one statement."""
+        return f"SELECT set_config('statement_timeout', '{self._timeout_ms}', true)" + (
+            f", set_config('role', '{READER_ROLE}', true)" if _may_be_reader(self.conn) else "")
 
 
 def _may_be_reader(conn: Connection) -> bool:

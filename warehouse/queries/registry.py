@@ -107,6 +107,8 @@ Rows = list[tuple[Any, ...]]
 Read = Callable[[str, Mapping[str, Any]], Rows]
 # (columns, rows, parameter values, read) -> (columns, rows), for what SQL cannot do portably.
 PostProcess = Callable[[list[str], Rows, Mapping[str, Any], Read], tuple[list[str], Rows]]
+# (database URL, parameter values, filters, timeout) -> one line the CLI prints on stderr after a table.
+Footnote = Callable[[URL | str, Mapping[str, Any], "Filters", float], str]
 
 
 def reads_more(post: PostProcess) -> PostProcess:
@@ -114,10 +116,6 @@ def reads_more(post: PostProcess) -> PostProcess:
     own statement is then not the last of its session, which stays open for them."""
     post.reads_more = True  # type: ignore[attr-defined]
     return post
-
-
-# (database URL, parameter values, filters, timeout) -> one line the CLI prints on stderr after a table.
-Footnote = Callable[[URL | str, Mapping[str, Any], "Filters", float], str]
 
 
 @dataclass(frozen=True)
@@ -191,7 +189,7 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
                 values[param.name] = resolve_run(session.connection, values[param.name]).run_key
         # Asked for only when the filters name runs or labels: the session's connection begins
         # its transaction, a round trip the canned statement otherwise carries with it.
-        sql, filter_binds = narrow(sql, slots, filters, session.connection if filters.runs or filters.labels else None)
+        sql, filter_binds = narrow(sql, slots, filters, session.connection if filters.names_runs else None)
         sql = _flags_written_in(sql, query, values)
         binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
         # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
