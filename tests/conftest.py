@@ -17,9 +17,16 @@ from sqlalchemy.engine import make_url
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
 
-# A table printed by a CLI run in a test fits COLUMNS when it is set (pytest sets it for its own
-# output): without it, as to any pipe, every value is printed whole. Tests of fitting set it.
-os.environ.pop("COLUMNS", None)
+# A table printed by a CLI run in a test fits COLUMNS when it is set: without it, as to any pipe,
+# every value is printed whole. Tests of fitting set it. Some pytest set-ups put COLUMNS into the
+# process's C environment behind os.environ's back, after this module is imported (the children
+# of a test under pytest 9.0 here saw COLUMNS=80 that os.environ did not hold): setting and
+# deleting it through os.environ unsets it there too, before every test.
+@pytest.fixture(autouse=True)
+def _no_columns() -> None:
+    os.environ["COLUMNS"] = ""
+    del os.environ["COLUMNS"]
+
 
 PG_URL = os.environ.get("WAREHOUSE_TEST_PG_URL")
 REQUIRE_PG = bool(os.environ.get("CI") or os.environ.get("WAREHOUSE_REQUIRE_PG"))
