@@ -10,6 +10,9 @@ Each case is (sql, outcome, backends). Outcomes:
   splitter but not the grammar), and its output is checked for nothing else.
 Placeholders: {tmp} a scratch folder that must stay empty, {pid} the backend of a second session
 of the same role that must stay alive, {lock} the ingest writer's advisory lock key.
+
+SIZED (`warehouse sql` with options of its own: fetch size and row cap) and WHERE (`export hub
+--where`) are run the same way, each with its own outcome.
 """
 
 from __future__ import annotations
@@ -133,4 +136,43 @@ CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("/* /* */ */ SELECT g, repeat('x', 60) FROM generate_series(1, 10000000) g", "bounded", PG),
     ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT n, printf('%60d', n) FROM c",
      "bounded", SQLITE),
+]
+
+# --- rows larger than the caps, or many of them, when few are wanted ---------------------------
+# (sql, extra options, outcome, backends). The memory bound (1 GB) is asserted for each: before
+# the fetch size followed --max-rows, one wanted row of these fetched 500 (2.6 to 2.8 GB).
+SIZED: list[tuple[str, tuple[str, ...], str, tuple[str, ...]]] = [
+    ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c LIMIT 300) SELECT randomblob(9000000) AS b FROM c",
+     ("--max-rows", "1"), "bounded", SQLITE),
+    ("SELECT repeat('x', 9000000) AS b FROM generate_series(1, 300)", ("--max-rows", "1"), "bounded", PG),
+    ("SELECT randomblob(9000000) a, randomblob(9000000) b, randomblob(9000000) c", ("--max-row-bytes", "20000000"),
+     "refused", SQLITE),
+    ("SELECT repeat('x', 9000000) a, repeat('y', 9000000) b, repeat('z', 9000000) c", ("--max-row-bytes", "20000000"),
+     "refused", PG),
+    ("SELECT repeat('x', 20000000) AS big", ("--max-row-bytes", "1000"), "refused", PG),
+    # the server's memory beyond work_mem: bounded by the time limit (README, "Ad-hoc SQL")
+    ("WITH RECURSIVE c(n) AS (SELECT 1 UNION SELECT n + 1 FROM c) SELECT count(*) FROM c", (), "bounded", BOTH),
+    ("SELECT array_length(array_agg(g), 1) FROM (SELECT generate_series(1, 1000000000) g) s", (), "bounded", PG),
+    ("SELECT count(*) FROM (SELECT md5(g::text) m FROM generate_series(1, 100000000) g ORDER BY 1 OFFSET 0) q",
+     (), "bounded", PG),
+]
+
+# --- `export hub OUT --where PREDICATE` ---------------------------------------------------------
+# (predicate, outcome, backends, roles). Outcomes as above, and "empty": exit 0 with no row
+# picked (the predicate could not see what it probed). Roles: the PostgreSQL URLs it applies to.
+# {secret}: text a second session of the connecting user has just run.
+ANY_ROLE = ("owner", "superuser", "ordinary")
+WHERE: list[tuple[str, str, tuple[str, ...], tuple[str, ...]]] = [
+    ("pg_sleep(60) IS NOT NULL", "refused", PG, ANY_ROLE),
+    ("(WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT count(*) FROM c) > 0",
+     "refused", BOTH, ANY_ROLE),
+    ("(WITH RECURSIVE c(n) AS (SELECT 1 UNION SELECT n + 1 FROM c) SELECT count(*) FROM c) > 0",
+     "refused", BOTH, ANY_ROLE),
+    # other sessions' query text and superuser-only settings, one guess at a time
+    ("EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE '%{secret}%')", "empty", PG, ("superuser",)),
+    ("current_setting('data_directory') LIKE '/%'", "refused", PG, ANY_ROLE),
+    ("(SELECT count(*) FROM pg_authid) > 0", "refused", PG, ANY_ROLE),
+    ("length(randomblob(1000000000)) > 0", "refused", SQLITE, ANY_ROLE),
+    ("length(repeat('x', 1000000000)) > 0", "bounded", PG, ANY_ROLE),
+    ("pg_terminate_backend({pid})", "refused", PG, ANY_ROLE),
 ]

@@ -303,7 +303,7 @@ def test_where_that_fails_as_it_runs_leaves_no_out(backend, engine, db_url, tmp_
     _build(engine)
     where = "json_extract(task, '$') IS NULL" if backend == "sqlite" else "CAST(task AS integer) > 0"
     result = run_cli(db_url, "export", "hub", str(tmp_path / "out"), "--where", where)
-    assert result.returncode == 1 and result.stderr.startswith("Error: database error"), result.stderr
+    assert result.returncode == 1 and result.stderr.startswith("Error: --where: database error"), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
 

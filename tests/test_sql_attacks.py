@@ -22,7 +22,7 @@ import query_fixture
 from conftest import PG_URL, _fresh_pg, _pg_admin_conninfo
 from ingest.bulk import PG_WRITE_LOCK
 from query_fixture import cli
-from sql_attacks import CASES
+from sql_attacks import CASES, SIZED, WHERE
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
 
@@ -117,12 +117,29 @@ def scratch():
 
 @pytest.mark.parametrize("backend,role,sql,outcome", list(_params()))
 def test_attack(warehouses, scratch, backend, role, sql, outcome):
-    wh = warehouses(backend, role)
+    _attack(warehouses(backend, role), scratch, sql, (), outcome)
+
+
+def _sized_params():
+    for backend, role in COMBOS:
+        for sql, options, outcome, backends in SIZED:
+            if backend in backends:
+                yield pytest.param(backend, role, sql, options, outcome, id=f"{backend}-{role}-{' '.join(options)}-{sql[:50]}")
+
+
+@pytest.mark.parametrize("backend,role,sql,options,outcome", list(_sized_params()))
+def test_sized(warehouses, scratch, backend, role, sql, options, outcome):
+    """Huge rows when one is wanted, rows over the row cap, the server's memory: within the
+    client's memory bound and the time limit."""
+    _attack(warehouses(backend, role), scratch, sql, options, outcome)
+
+
+def _attack(wh, scratch, sql, options, outcome):
     witness = wh["witness"]
     pid = witness.info.backend_pid if witness else 0
     statement = sql.format(tmp=scratch, pid=pid, lock=PG_WRITE_LOCK)
     started = time.monotonic()
-    done, peak_kb = _run(wh["url"], statement, scratch)
+    done, peak_kb = _run(wh["url"], statement, scratch, options)
     elapsed = time.monotonic() - started
 
     lines = done.stderr.strip().splitlines()
@@ -134,19 +151,25 @@ def test_attack(warehouses, scratch, backend, role, sql, outcome):
         assert done.returncode == 0, (statement, done.stderr)
     else:
         assert done.returncode in (0, 1), (statement, done.returncode, done.stderr[-500:])
-        assert len(done.stdout) < 2_000_000, statement  # the row cap held
+        assert len(done.stdout) < 20_000_000, statement  # the row cap held
         assert "Traceback" not in done.stderr and len(lines) <= 2, done.stderr[-500:]
     assert elapsed < TIMEOUT + MARGIN, (statement, elapsed)
+    _untouched(wh, scratch, statement, [])
+    assert peak_kb < 1_000_000, (statement, peak_kb)  # the CLI's memory stayed under 1 GB
 
+
+def _untouched(wh, scratch, statement, allowed):
+    """The warehouse as it was, nothing written in the scratch folder but `allowed`, the second
+    session alive and the server's state as it was."""
+    witness = wh["witness"]
     assert canonical.differences(wh["dump"], canonical.dump(wh["engine"])) == [], statement
-    assert os.listdir(scratch) == [], statement
+    assert sorted(os.listdir(scratch)) == sorted(allowed), statement
     if witness is not None:
         assert witness.execute("SELECT 1").fetchone() == (1,), "the other session was touched"
         held = witness.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
                                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")
         assert held.fetchone() == (0,), statement
         assert _server_state(witness) == wh["server"], statement
-    assert peak_kb < 1_000_000, (statement, peak_kb)  # the CLI's memory stayed under 1 GB
 
 
 # Runs a command and writes its peak resident memory (KB) to the descriptor its first argument names. A child's ru_maxrss starts
@@ -170,11 +193,18 @@ sys.exit(code)
 """
 
 
-def _run(url: str, statement: str, cwd: str) -> tuple[subprocess.CompletedProcess, int]:
+def _run(url: str, statement: str, cwd: str, options: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, int]:
+    """`warehouse sql` on the statement: see _peak."""
+    return _peak([*_SQL_OPTIONS, *options, statement], url, cwd)
+
+
+_SQL_OPTIONS = ("sql", "-f", "csv", "--timeout", str(TIMEOUT), "--max-rows", "1000")  # later options win
+
+
+def _peak(command: list[str], url: str, cwd: str) -> tuple[subprocess.CompletedProcess, int]:
     """The CLI's result and its peak resident memory in KB (its own, read as it is reaped).
     Run from the scratch folder, so a file written relative to the CLI's folder shows too."""
-    args = [sys.executable, "-m", "warehouse", "--db", url, "sql", "-f", "csv",
-            "--timeout", str(TIMEOUT), "--max-rows", "1000", statement]
+    args = [sys.executable, "-m", "warehouse", "--db", url, *command]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
     peak_r, peak_w = os.pipe()
     try:
@@ -212,4 +242,134 @@ def test_acceptance_truncate_through_ordinary_role(warehouses):
     wh = warehouses("postgresql", "ordinary")
     done = cli(wh["url"], "sql", "EXPLAIN SELECT 1 AS x$q$; COMMIT; TRUNCATE runs CASCADE; EXPLAIN SELECT 1 AS y$q$")
     assert done.returncode == 1 and done.stderr.startswith("Error: one statement at a time")
+    assert canonical.differences(wh["dump"], canonical.dump(wh["engine"])) == []
+
+
+def _where_params():
+    for backend, role in COMBOS:
+        for predicate, outcome, backends, roles in WHERE:
+            if backend in backends and role in roles:
+                yield pytest.param(backend, role, predicate, outcome, id=f"{backend}-{role}-{predicate[:60]}")
+
+
+@pytest.mark.parametrize("backend,role,predicate,outcome", list(_where_params()))
+def test_export_where(warehouses, scratch, backend, role, predicate, outcome):
+    """`export hub --where` runs its predicate as `warehouse sql` runs a query: as the reader
+    role (what it probes it cannot see), read-only, within --timeout and the caps; a refusal is
+    one line and leaves no OUT."""
+    wh = warehouses(backend, role)
+    witness = wh["witness"]
+    secret = f"secret-{uuid.uuid4().hex[:8]}"
+    if witness is not None:
+        witness.execute(f"SELECT '{secret}'")  # the query text a probe would look for
+    statement = predicate.format(secret=secret, pid=witness.info.backend_pid if witness else 0)
+    started = time.monotonic()
+    done, peak_kb = _peak(["export", "hub", "out", "--timeout", str(TIMEOUT), "--where", statement], wh["url"], scratch)
+    elapsed = time.monotonic() - started
+
+    lines = done.stderr.strip().splitlines()
+    assert "Traceback" not in done.stderr and len(lines) == 1, (statement, done.stderr[-800:])
+    if outcome == "refused" or (outcome == "bounded" and done.returncode == 1):
+        assert done.returncode == 1 and lines[0].startswith("Error: "), (statement, done.stderr)
+        _untouched(wh, scratch, statement, [])
+    else:
+        assert done.returncode == 0, (statement, done.stderr)
+        if outcome == "empty":
+            assert lines[0] == "wrote out: 0 rows in 1 files under data/", (statement, lines)
+        _untouched(wh, scratch, statement, ["out"])
+    assert elapsed < TIMEOUT + MARGIN, (statement, elapsed)
+    assert peak_kb < 1_000_000, (statement, peak_kb)
+
+
+@pytest.mark.parametrize("role", ["superuser", "ordinary"])
+def test_server_limits(warehouses, role):
+    """The read transaction's limits on the server: work_mem, hash_mem_multiplier, the client
+    check, and temp_file_limit where the connecting user may set it (a superuser; not an
+    ordinary role, which keeps the server's)."""
+    wh = warehouses("postgresql", role)
+    done = cli(wh["url"], "sql", "-f", "csv", "SELECT current_setting('work_mem') AS w, "
+               "current_setting('hash_mem_multiplier') AS h, current_setting('client_connection_check_interval') AS c, "
+               "current_setting('temp_file_limit') AS t")
+    assert done.returncode == 0, done.stderr
+    expected_temp = "512MB" if role == "superuser" else "-1"
+    assert done.stdout.splitlines()[1] == f"16MB,1,1s,{expected_temp}"
+
+
+def test_temp_file_limit(warehouses, scratch):
+    """A sort that spills: stopped at temp_file_limit (512 MB), long before its time limit."""
+    wh = warehouses("postgresql", "superuser")
+    witness = wh["witness"]
+
+    def temp_bytes() -> int:
+        witness.execute("SELECT pg_stat_clear_snapshot()")
+        return witness.execute("SELECT temp_bytes FROM pg_stat_database WHERE datname = current_database()").fetchone()[0]
+
+    before = temp_bytes()
+    done, peak_kb = _peak(["sql", "--timeout", "120", "SELECT count(*) FROM (SELECT md5(g::text) m FROM "
+                           "generate_series(1, 100000000) g ORDER BY 1 OFFSET 0) q"], wh["url"], scratch)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "Error: database error: temporary file size exceeds temp_file_limit (524288kB)"], done.stderr
+    for _ in range(50):  # the statistics arrive a moment after the statement
+        written = temp_bytes() - before
+        if written:
+            break
+        time.sleep(0.2)
+    assert 0 < written <= 512 * 2**20 + 16 * 2**20, written
+    _untouched(wh, scratch, "sort", [])
+
+
+@pytest.mark.parametrize("role", ["superuser", "ordinary"])
+@pytest.mark.parametrize("command", [
+    ["sql", "--timeout", "120", "SELECT pg_sleep(60)"],
+    ["export", "hub", "out", "--where", "pg_sleep(60) IS NOT NULL"],
+], ids=["sql", "export"])
+def test_killed_client(warehouses, scratch, role, command):
+    """A CLI killed (SIGKILL) mid-statement: its backend stops within seconds, rather than run
+    the statement to its end (client_connection_check_interval)."""
+    wh = warehouses("postgresql", role)
+    witness = wh["witness"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
+    active = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' "
+              "AND pid <> pg_backend_pid()")
+    process = subprocess.Popen([sys.executable, "-m", "warehouse", "--db", wh["url"], *command], cwd=scratch, env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while witness.execute(active).fetchone()[0] == 0:
+            assert process.poll() is None and time.monotonic() < deadline, "the statement never started"
+            time.sleep(0.1)
+    finally:
+        process.kill()
+        process.wait()
+    killed = time.monotonic()
+    while witness.execute(active).fetchone()[0]:
+        assert time.monotonic() - killed < 10, "the killed client's statement is still running"
+        time.sleep(0.1)
+    _untouched(wh, scratch, " ".join(command), [])
+
+
+# In-process, the Python API: the same caps and time limit as `warehouse sql`.
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_api_bounds(warehouses, backend):
+    import warehouse
+
+    wh = warehouses(backend, "owner" if backend == "sqlite" else "superuser")
+    blob = "randomblob({n})" if backend == "sqlite" else "repeat('x', {n})"
+    with warehouse.open(wh["url"]) as api:
+        with pytest.raises(warehouse.WarehouseError, match=r"^a value would be larger than 100,000,000 bytes"):
+            api.sql(f"SELECT {blob.format(n=400_000_000 if backend == 'sqlite' else 150_000_000)} AS v")
+        with pytest.raises(warehouse.WarehouseError, match=r"^a row would be larger than 200,000,000 bytes"):
+            api.sql("SELECT " + ", ".join(blob.format(n=60_000_000) + f" AS v{i}" for i in range(4)))
+        with pytest.raises(warehouse.WarehouseError, match="max_row_bytes must be a whole number"):
+            api.sql("SELECT 1", max_row_bytes=0)
+        lifted = api.sql(f"SELECT {blob.format(n=150_000_000)} AS v", max_value_bytes=None, timeout=60)
+        assert len(lifted.rows[0][0]) == 150_000_000
+        del lifted
+        started = time.monotonic()
+        with pytest.raises(warehouse.WarehouseError, match="longer than the time limit"):
+            api.sql("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c) SELECT count(*) FROM c", timeout=3)
+        assert time.monotonic() - started < 3 + MARGIN
+        with api.sql_stream("SELECT 1 AS n UNION ALL SELECT 2", max_rows=1) as rows:
+            assert list(rows) == [(1,)]
+        assert rows.truncated
     assert canonical.differences(wh["dump"], canonical.dump(wh["engine"])) == []

@@ -31,7 +31,7 @@ from sqlalchemy.exc import DBAPIError
 
 from warehouse.db.engine import make_engine, make_read_engine, redact, resolve_url
 from warehouse.errors import WarehouseError, database_error, first_line, interruption
-from warehouse.readonly import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT
+from warehouse.readonly import DEFAULT_MAX_ROW_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_VALUE_BYTES, DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
     import pandas
@@ -253,25 +253,32 @@ class Warehouse:
         return Result(result.columns, result.rows)
 
     def sql(self, text: str, params: Mapping[str, Any] | None = None, /, *,
-            timeout: float = DEFAULT_TIMEOUT, max_rows: int | None = DEFAULT_MAX_ROWS, **binds: Any) -> Result:
+            timeout: float = DEFAULT_TIMEOUT, max_rows: int | None = DEFAULT_MAX_ROWS,
+            max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES, max_row_bytes: int | None = DEFAULT_MAX_ROW_BYTES,
+            **binds: Any) -> Result:
         """One read-only statement (what `warehouse sql` runs), its `:name` parameters bound from
         `binds` (or `params`, for a name such as `timeout`), as Python values. At most `max_rows`
-        rows (None: all), `truncated` saying whether there were more."""
-        with self.sql_stream(text, params, timeout=timeout, max_rows=max_rows, **binds) as rows:
+        rows, `truncated` saying whether there were more; a value over `max_value_bytes` or a row
+        over `max_row_bytes` is refused (WarehouseError); `timeout` seconds for the whole call.
+        None lifts a cap (max_rows, max_value_bytes, max_row_bytes)."""
+        with self.sql_stream(text, params, timeout=timeout, max_rows=max_rows, max_value_bytes=max_value_bytes,
+                             max_row_bytes=max_row_bytes, **binds) as rows:
             return Result(rows.columns, list(rows), rows.truncated)
 
     @contextmanager
     def sql_stream(self, text: str, params: Mapping[str, Any] | None = None, /, *,
                    timeout: float = DEFAULT_TIMEOUT, max_rows: int | None = DEFAULT_MAX_ROWS,
-                   max_value_bytes: int | None = None, **binds: Any) -> Iterator[RowStream]:
+                   max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
+                   max_row_bytes: int | None = DEFAULT_MAX_ROW_BYTES, **binds: Any) -> Iterator[RowStream]:
         """`sql`, its rows handed out as they arrive: iterate the stream (`.columns`, then
         `.truncated` once done) inside the `with`, where the time limit covers the consuming too.
-        `max_value_bytes` caps any one value a SQLite statement may build or read."""
+        The same caps as `sql`."""
         from warehouse.readonly import stream_readonly
 
         self._ready_for_reads()
         with _errors(), stream_readonly(self.url, text, {**(params or {}), **binds}, timeout=timeout,
-                                        max_rows=max_rows, max_value_bytes=max_value_bytes) as rows:
+                                        max_rows=max_rows, max_value_bytes=max_value_bytes,
+                                        max_row_bytes=max_row_bytes) as rows:
             yield rows
 
     def search(self, text: str, /, *, run: str | None = None, task: str | None = None,

@@ -45,7 +45,8 @@ from warehouse.errors import WarehouseError, first_line
 from warehouse.filters import Filters
 from warehouse.outdir import staged_output
 from warehouse.runs import labels_of
-from warehouse.selection import Pick, check_where, episode_ids_sql
+from warehouse.readonly import check_timeout
+from warehouse.selection import DEFAULT_PICK_TIMEOUT, Pick, episodes_sql, picked_trials
 from warehouse.texts import exact_column, from_bytes
 
 SOURCES, LOADS, RUNS, TASKS, TRIALS, EPISODES, TURNS, MESSAGES, EPISODE_LOADS, TRIAL_LOADS, CONFLICTS = (
@@ -93,15 +94,19 @@ class ExportInfo:
 
 def export_hub(engine: Engine, out_dir: str | Path, filters: Filters | None = None,
                sources: Sequence[str] | None = None, *, pick: Pick | None = None,
-               command: Sequence[str] | None = None, force: bool = False) -> ExportInfo:
+               command: Sequence[str] | None = None, force: bool = False,
+               timeout: float = DEFAULT_PICK_TIMEOUT) -> ExportInfo:
     """Write the rows of `sources` (names or URIs; none: every run's episodes), narrowed by
     `filters` (warehouse.filters: runs, tasks, models, agents, labels) and `pick`
     (warehouse.selection), as a Hub dataset in `out_dir`, which must be missing or empty unless
-    `force`. `command` is the command line the card names."""
+    `force`. `command` is the command line the card names. `timeout`: the seconds the trials
+    may take to pick (the statement holding the filters and --where, run as `warehouse sql`
+    runs a query); writing them out is not timed."""
+    check_timeout(timeout)
     out = Path(out_dir)
     info = ExportInfo(out_dir=out)
     with engine.connect() as conn:
-        selection = _Selection.resolve(conn, sources, filters or Filters(), pick or Pick())
+        selection = _Selection.resolve(conn, sources, filters or Filters(), pick or Pick(), timeout)
         outputs = _plan_sources(conn, selection) if selection.source_ids else [_plan_runs(conn, selection)]
         if selection.source_ids:
             info.notes += _missing_rows(conn, selection.source_ids)
@@ -137,14 +142,21 @@ class _Selection:
     episodes: Any = None  # the selected episodes' ids (a subquery), when the filters or the pick narrow
 
     @classmethod
-    def resolve(cls, conn: Connection, sources: Sequence[str] | None, filters: Filters, pick: Pick) -> "_Selection":
+    def resolve(cls, conn: Connection, sources: Sequence[str] | None, filters: Filters, pick: Pick,
+                timeout: float) -> "_Selection":
         source_ids = _match(conn, SOURCES, ("uri", "name"), sources, "source", paths=True) if sources else None
         episodes = None
         if filters or pick:
             predicate = filters.sql(conn, run_id="s.run_id", task="s.task", model="s.model", agent="s.agent")
-            sql, binds = episode_ids_sql(conn.dialect.name, pick, predicate)
-            check_where(conn.engine.url, pick, sql, binds)
-            episodes = text(sql).bindparams(**binds).columns(episode_id=Integer)
+            # The trials are picked once, through the guarded read path (the user's --where is
+            # in that statement); the export's own statements read their ids, bound as one JSON
+            # array, never the predicate.
+            trial_ids = picked_trials(conn.engine.url, pick, predicate, timeout=timeout)
+            picked = ("SELECT value FROM json_each(:picked)" if conn.dialect.name == "sqlite" else
+                      "SELECT CAST(value AS bigint) FROM jsonb_array_elements_text(CAST(:picked AS jsonb))")
+            episodes = text(f"SELECT e.id AS episode_id FROM episodes e WHERE e.trial_id IN ({picked}) "
+                            f"AND {episodes_sql(pick)}").bindparams(picked=json.dumps(trial_ids)) \
+                .columns(episode_id=Integer)
         return cls(source_ids, list(sources or []), filters, pick, episodes)
 
     @property

@@ -21,9 +21,15 @@ statements. Layers, each stopping what the ones before it let through (README, "
   reader does (warehouse.db.engine.sqlite_read_connection: `PRAGMA query_only`, and `mode=ro`
   unless that would leave files behind), so the library itself refuses every write.
 - Limits: a deadline over the whole session (SQLite's progress handler, PostgreSQL's
-  statement_timeout, and a look at the clock for every row handed out, so printing counts
-  too); rows handed out one at a time under a row cap; on SQLite, optionally a cap on the size
-  of any one value (SQLITE_LIMIT_LENGTH), which bounds what a statement can build in memory.
+  statement_timeout, a look at the clock for every row handed out, so printing counts too, and
+  a watchdog thread that interrupts the statement should none of those be reached); rows
+  handed out one at a time under a row cap, fetched no more at a time than are still wanted
+  (and fewer when rows are large: _BATCH_BYTES); a cap on the size of any one value and of any
+  one row (on SQLite the value cap is SQLITE_LIMIT_LENGTH as well, which bounds what a statement
+  can build in memory before it reaches Python). On PostgreSQL the server is held too:
+  work_mem, hash_mem_multiplier and temp_file_limit (where this user may set it) for the
+  transaction, and client_connection_check_interval so that a statement whose client is gone
+  stops (_server_limits).
 
 The statements of one session read one snapshot (a read transaction on SQLite, REPEATABLE READ
 on PostgreSQL).
@@ -56,11 +62,25 @@ from warehouse.sqlcheck import ONLY_QUERIES, SQLITE_DENIED_FUNCTIONS
 DEFAULT_TIMEOUT = 30.0
 MAX_TIMEOUT = 86_400.0  # a day: past that a limit is a typo, and PostgreSQL's would overflow
 DEFAULT_MAX_ROWS = 10_000
+# The caps on what one value and one row may hold (bytes; a text's characters), where a caller
+# gives none (the API); `warehouse sql` gives its own. None lifts a cap.
+DEFAULT_MAX_VALUE_BYTES = 100_000_000
+DEFAULT_MAX_ROW_BYTES = 200_000_000
 READER_ROLE = "warehouse_reader"  # created and granted by migration 0007
 
 # Rows fetched from the driver at a time: large enough to cost nothing per row, small enough
-# that a streamed result never holds much (on PostgreSQL each batch is a round trip).
+# that a streamed result never holds much (on PostgreSQL each batch is a round trip). Never more
+# than are still wanted; the first fetch takes one row, and each next one as many as fit
+# _BATCH_BYTES at the size of the largest row of the fetch before.
 _BATCH = 500
+_BATCH_BYTES = 8 << 20
+# The watchdog's margin past the time limit: the database's own limits report first.
+_WATCHDOG_GRACE = 0.5
+
+# PostgreSQL's limits on the server's resources for a read transaction (README, "Ad-hoc SQL").
+PG_WORK_MEM = "16MB"  # each sort or hash before it spills to temporary files
+PG_TEMP_FILE_LIMIT = "512MB"  # the temporary files of one session, where this user may set it
+PG_CLIENT_CHECK_MS = 1000  # how often a running statement looks whether its client is still there
 
 
 @dataclass
@@ -74,28 +94,70 @@ class RowStream:
     """The rows of one statement, handed out as they arrive: iterate it once, inside its
     session. `truncated` is known once the iteration has ended."""
 
-    def __init__(self, columns: list[str], batches: Iterator[list[tuple]], max_rows: int | None,
-                 session: "ReadSession"):
+    def __init__(self, columns: list[str], fetch: Callable[[int], list[tuple]], more: Callable[[], bool],
+                 max_rows: int | None, session: "ReadSession", *, max_value_bytes: int | None = None,
+                 max_row_bytes: int | None = None):
         self.columns = columns
         self.truncated = False  # more rows existed than max_rows
-        self._batches = batches
+        self._fetch = fetch  # up to n more rows
+        self._more = more  # whether another row exists (PostgreSQL: without sending it)
         self._max_rows = max_rows
         self._session = session
+        self._max_value_bytes = max_value_bytes
+        self._max_row_bytes = max_row_bytes
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         left = self._max_rows
+        size = 1
         with self._session.errors():
-            for batch in self._batches:
-                for row in batch:
+            while True:
+                n = size if left is None else min(size, left)
+                if n == 0:
+                    self.truncated = self._more()
+                    return
+                rows = self._fetch(n)
+                largest = 1
+                for row in rows:
                     # The clock is read for every row: whoever consumes the rows (a printer)
                     # is held to the same deadline as the database.
                     self._session.check_deadline()
-                    if left is not None:
-                        if left == 0:
-                            self.truncated = True
-                            return
-                        left -= 1
+                    largest = max(largest, self._check_size(row))
                     yield row
+                if len(rows) < n:
+                    return
+                if left is not None:
+                    left -= len(rows)
+                size = max(1, min(_BATCH, _BATCH_BYTES // largest))
+                del rows
+
+    def _check_size(self, row: tuple) -> int:
+        total = 0
+        for value in row:
+            bytes_ = _size(value)
+            if self._max_value_bytes is not None and bytes_ > self._max_value_bytes:
+                raise WarehouseError(too_big("a value", self._max_value_bytes))
+            total += bytes_
+        if self._max_row_bytes is not None and total > self._max_row_bytes:
+            raise WarehouseError(too_big("a row", self._max_row_bytes))
+        return total
+
+
+def _size(value: Any) -> int:
+    """What a value weighs for the caps: a text's characters, a blob's bytes, a number 8; anything
+    else (PostgreSQL's JSON, arrays, dates) the length of its text."""
+    if isinstance(value, (str, bytes, bytearray, memoryview)):
+        return len(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return 8
+    return len(str(value))
+
+
+def too_big(what: str, cap: int) -> str:
+    """The one line a value or row over its cap ends with."""
+    option = "--max-cell-bytes (max_value_bytes in the API)" if what == "a value" else \
+        "--max-row-bytes (max_row_bytes in the API)"
+    return (f"{what} would be larger than {cap:,} bytes, more than this command reads: raise {option}, "
+            f"or cut it in SQL (substr, fewer columns)")
 
 
 def check_timeout(timeout: float) -> None:
@@ -112,13 +174,17 @@ def run_readonly(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     max_rows: int | None = DEFAULT_MAX_ROWS,
+    max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
+    max_row_bytes: int | None = DEFAULT_MAX_ROW_BYTES,
 ) -> ReadResult:
     """Run one statement read-only. Named parameters are written `:name` in the SQL.
 
     Returns at most `max_rows` rows (None: all of them) and whether there were more. Raises
     WarehouseError, with a one-line message, for a write, a second statement, a statement
-    that outlives `timeout` seconds, or anything the database rejects."""
-    with stream_readonly(url, sql, params, timeout=timeout, max_rows=max_rows) as rows:
+    that outlives `timeout` seconds, a value or row over its cap, or anything the database
+    rejects."""
+    with stream_readonly(url, sql, params, timeout=timeout, max_rows=max_rows, max_value_bytes=max_value_bytes,
+                         max_row_bytes=max_row_bytes) as rows:
         return ReadResult(rows.columns, list(rows), rows.truncated)
 
 
@@ -130,34 +196,38 @@ def stream_readonly(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     max_rows: int | None = DEFAULT_MAX_ROWS,
-    max_value_bytes: int | None = None,
+    max_value_bytes: int | None = DEFAULT_MAX_VALUE_BYTES,
+    max_row_bytes: int | None = DEFAULT_MAX_ROW_BYTES,
 ) -> Iterator[RowStream]:
     """run_readonly's statement, its rows streamed: consume them inside the `with`, where the
-    time limit covers the consuming too. `max_value_bytes` caps any one value a SQLite statement
-    may build or read (a larger one is refused as too big); PostgreSQL's are capped by the server
-    (1 GB)."""
+    time limit covers the consuming too. `max_value_bytes` caps any one value (a larger one is
+    refused as too big: on SQLite as the statement builds or reads it, on PostgreSQL as it
+    arrives, the server's own cap being 1 GB), `max_row_bytes` the values of one row together."""
     if isinstance(url, str):
         url = resolve_url(url)
     check_timeout(timeout)
+    check_caps(max_value_bytes, max_row_bytes)
     _check_statement(url, sql)  # before the database is opened: a typo costs no connection
     with _session(url, timeout, snapshot=False, max_value_bytes=max_value_bytes) as session:
-        yield session.stream(sql, params, max_rows=max_rows)
+        yield session.stream(sql, params, max_rows=max_rows, max_row_bytes=max_row_bytes)
 
 
 @contextmanager
-def readonly_session(url: URL | str, *, timeout: float = DEFAULT_TIMEOUT,
-                     own_text: bool = False) -> Iterator["ReadSession"]:
+def readonly_session(url: URL | str, *, timeout: float = DEFAULT_TIMEOUT, own_text: bool = False,
+                     max_value_bytes: int | None = None) -> Iterator["ReadSession"]:
     """A read-only connection for several statements that all see the same snapshot of the
     database: what a canned query needs when its answer takes more than one read.
 
     `own_text`: every statement's text is the library's own (a canned query's; values bound),
     never a caller's. Such statements cannot leave anything in the session, so on PostgreSQL the
     session ends with its COMMIT alone, not with the reset of all a caller's text could have left
-    (_END_SESSION); and a fetch(..., last=True) carries that COMMIT in its own round trip."""
+    (_END_SESSION); and a fetch(..., last=True) carries that COMMIT in its own round trip.
+    `max_value_bytes`: as stream_readonly's, for every statement of the session."""
     if isinstance(url, str):
         url = resolve_url(url)
     check_timeout(timeout)
-    with _session(url, timeout, snapshot=True, own_text=own_text) as session:
+    check_caps(max_value_bytes, None)
+    with _session(url, timeout, snapshot=True, own_text=own_text, max_value_bytes=max_value_bytes) as session:
         yield session
 
 
@@ -170,7 +240,25 @@ def _session(url: URL, timeout: float, *, snapshot: bool, max_value_bytes: int |
     else:
         opener = _postgres_readonly(url, timeout, snapshot, own_text)
     with opener as (transaction, describe, driver_error):
-        yield ReadSession(transaction, describe, driver_error, deadline, timeout, own_text)
+        session = ReadSession(transaction, describe, driver_error, deadline, timeout, own_text, max_value_bytes)
+        # The watchdog: should the statement be stuck where no limit is looked at (one long step
+        # of SQLite's, a server that does not answer), it is interrupted a little after the
+        # deadline, and the session ends as one past its time limit.
+        watchdog = threading.Timer(timeout + _WATCHDOG_GRACE, session.interrupt)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            yield session
+        finally:
+            watchdog.cancel()
+
+
+def check_caps(max_value_bytes: int | None, max_row_bytes: int | None) -> None:
+    """A cap is a whole number of bytes more than 0, or None for none."""
+    for name, cap in (("max_value_bytes", max_value_bytes), ("max_row_bytes", max_row_bytes)):
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise WarehouseError(f"{name} must be a whole number of bytes more than 0, or None for no cap, "
+                                 f"not {cap!r}")
 
 
 def schema_revision(url: URL) -> str | None:
@@ -209,8 +297,11 @@ class ReadSession:
     """Statements on one read-only connection (see readonly_session)."""
 
     def __init__(self, transaction: "_Begun | _PostgresTransaction", describe_error: Callable[[BaseException], str],
-                 driver_error: type[BaseException], deadline: float, timeout: float, own_text: bool = False):
+                 driver_error: type[BaseException], deadline: float, timeout: float, own_text: bool = False,
+                 max_value_bytes: int | None = None):
         self._transaction = transaction
+        self._max_value_bytes = max_value_bytes
+        self._interrupted = False  # by the watchdog
         self._own_text = own_text  # every statement the library's (readonly_session)
         self._describe_error = describe_error
         self._driver_error = driver_error  # the base class of the driver's own errors
@@ -243,10 +334,21 @@ class ReadSession:
         return ReadResult(columns, rows[:max_rows] if truncated else rows, truncated)
 
     def stream(self, sql: str, params: Mapping[str, Any] | None = None, *,
-               max_rows: int | None = DEFAULT_MAX_ROWS, batch: int = _BATCH) -> RowStream:
-        """One statement, its rows streamed (see stream_readonly), `batch` rows at a time."""
+               max_rows: int | None = DEFAULT_MAX_ROWS, max_row_bytes: int | None = None) -> RowStream:
+        """One statement, its rows streamed (see stream_readonly), under the session's value cap
+        and `max_row_bytes`."""
         cursor, columns = self._execute(sql, params, whole=False, last=False)
-        return RowStream(columns, _batches(cursor, batch), max_rows, self)
+        if getattr(cursor, "name", None):  # PostgreSQL's server-side cursor
+            raw = self._transaction.conn.connection.driver_connection
+
+            def more() -> bool:
+                # MOVE: the server says whether a row is there without sending it.
+                return raw.execute(f'MOVE FORWARD 1 IN "{cursor.name}"', prepare=False).rowcount > 0
+        else:
+            def more() -> bool:
+                return cursor.fetchone() is not None
+        return RowStream(columns, cursor.fetchmany, more, max_rows, self,
+                         max_value_bytes=self._max_value_bytes, max_row_bytes=max_row_bytes)
 
     def _execute(self, sql: str, params: Mapping[str, Any] | None, *, whole: bool,
                  last: bool) -> tuple[Any, list[str]]:
@@ -291,21 +393,27 @@ class ReadSession:
         if time.monotonic() > self._deadline:
             raise WarehouseError(too_long(self._timeout))
 
+    def interrupt(self) -> None:
+        """Stop the statement running, from another thread (the watchdog's)."""
+        self._interrupted = True
+        try:
+            raw = self._transaction.conn.connection.driver_connection
+            if isinstance(raw, sqlite3.Connection):
+                raw.interrupt()
+            else:
+                raw.cancel_safe(timeout=5)
+        except Exception:  # a connection closing meanwhile: nothing left to stop
+            pass
+
     @contextmanager
     def errors(self) -> Iterator[None]:
         """Driver errors, as one-line WarehouseErrors."""
         try:
             yield
         except self._driver_error as exc:
+            if self._interrupted:
+                raise WarehouseError(too_long(self._timeout)) from None
             raise WarehouseError(self._describe_error(exc)) from None
-
-
-def _batches(cursor, size: int) -> Iterator[list[tuple]]:
-    while True:
-        batch = cursor.fetchmany(size)
-        yield batch
-        if len(batch) < size:  # the last one: no further round trip to learn there is none
-            return
 
 
 def _compile(sql: str, params: Mapping[str, Any], dialect) -> tuple[str, Any]:
@@ -406,8 +514,7 @@ def _sqlite_readonly(url: URL, timeout: float, deadline: float, snapshot: bool,
         if "one statement at a time" in message:
             return "one statement at a time: this text holds more than one (nothing was run)"
         if "too big" in message and max_value_bytes is not None:
-            return (f"a value would be larger than {max_value_bytes:,} bytes, more than this command "
-                    f"reads: raise --max-cell-bytes, or cut it in SQL (substr)")
+            return too_big("a value", max_value_bytes)
         return f"database error: {message}"
 
     with _connect(_sqlite_engine(path), describe) as conn:
@@ -637,10 +744,35 @@ class _PostgresTransaction:
             return result
 
     def _settings(self) -> str:
-        """The time limit and the reader role, for the transaction only: set_config(..., true) is
-        SET LOCAL (the role's checked as SET ROLE's is), two settings in one statement."""
-        return f"SELECT set_config('statement_timeout', '{self._timeout_ms}', true)" + (
+        """The time limit, the server's limits and the reader role, for the transaction only:
+        set_config(..., true) is SET LOCAL (the role's checked as SET ROLE's is), all settings in
+        one statement. The role comes last: a setting only this user may make (temp_file_limit)
+        is made before it is taken on."""
+        return f"SELECT set_config('statement_timeout', '{self._timeout_ms}', true)" + _server_limits(self.conn) + (
             f", set_config('role', '{READER_ROLE}', true)" if _may_be_reader(self.conn) else "")
+
+
+def _server_limits(conn: Connection) -> str:
+    """The read transaction's limits on the server's resources, as more set_config terms: memory
+    per sort or hash (work_mem; hash_mem_multiplier 1, so a hash takes no more than a sort),
+    temporary files (temp_file_limit: a superuser's setting, made where this user may make it:
+    a superuser, or one granted SET on it), and a look every PG_CLIENT_CHECK_MS at whether the
+    client is still connected, so a statement whose client was killed stops (PostgreSQL 14+).
+    What a statement takes beyond these (a recursive UNION's table, an aggregate's state) only
+    the time limit bounds (README, "Ad-hoc SQL")."""
+    info = conn.connection.info
+    if "server_limits" not in info:
+        version = conn.connection.driver_connection.info.server_version
+        may_limit_temp = conn.connection.driver_connection.execute(
+            "SELECT has_parameter_privilege('temp_file_limit', 'SET')" if version >= 150000 else
+            "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]
+        terms = [f"set_config('work_mem', '{PG_WORK_MEM}', true)", "set_config('hash_mem_multiplier', '1', true)"]
+        if may_limit_temp:
+            terms.append(f"set_config('temp_file_limit', '{PG_TEMP_FILE_LIMIT}', true)")
+        if version >= 140000:
+            terms.append(f"set_config('client_connection_check_interval', '{PG_CLIENT_CHECK_MS}', true)")
+        info["server_limits"] = "".join(f", {term}" for term in terms)
+    return info["server_limits"]
 
 
 def _may_be_reader(conn: Connection) -> bool:

@@ -11,6 +11,7 @@ import typer
 
 from warehouse.cli.app import app as root
 from warehouse.cli.context import state
+from warehouse.selection import DEFAULT_PICK_TIMEOUT
 
 app = typer.Typer(no_args_is_help=True, help="""Write warehouse contents out as Parquet.
 
@@ -72,6 +73,10 @@ def hub(
         "--episodes", help="Every episode of the trials (all), or the last of each main trajectory, "
         "as `harbor traces export --episodes last` (last).")] = Episodes.all,
     force: Force = False,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS",
+        help="Stop if picking the trials (the filters, --solved, --where, --per-task) takes longer than this; "
+        "writing them is not timed.")] = DEFAULT_PICK_TIMEOUT,
 ) -> None:
     """Write a Hub-shaped dataset: README.md + data/*.parquet.
 
@@ -97,7 +102,8 @@ def hub(
 
     filters = Filters.of(run=run, task=task, model=model, agent=agent, label=label)
     pick = Pick(solved=solved, threshold=threshold, where=where, per_task=per_task.value, episodes=episodes.value)
-    info = export_hub(engine, out, filters, sources=source, pick=pick, command=_command_line(), force=force)
+    info = export_hub(engine, out, filters, sources=source, pick=pick, command=_command_line(), force=force,
+                      timeout=timeout)
     for note in info.notes:
         typer.echo(f"warning: {note}", err=True)
     _say_replaced(out, info.replaced)

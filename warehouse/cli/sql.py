@@ -18,6 +18,9 @@ from warehouse.errors import WarehouseError
 from warehouse.readonly import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT, check_timeout, too_long
 
 DEFAULT_MAX_CELL_BYTES = 10_000_000
+# The largest row read, all its values together (a table's values up to TABLE_READ_FACTOR times
+# the cell limit each).
+DEFAULT_MAX_ROW_BYTES = 200_000_000
 # A table shows a value over the cell limit cut; values up to this many times the limit are read
 # to be cut (a larger one is refused by the database as it is built or read, which bounds memory).
 TABLE_READ_FACTOR = 10
@@ -75,6 +78,9 @@ def sql(
     max_cell_bytes: Annotated[int, typer.Option(
         "--max-cell-bytes", min=1, metavar="BYTES",
         help="Largest value printed: a table cuts a larger one, CSV and JSON refuse it.")] = DEFAULT_MAX_CELL_BYTES,
+    max_row_bytes: Annotated[int, typer.Option(
+        "--max-row-bytes", min=1, metavar="BYTES",
+        help="Largest row read (its values together): a larger one is refused.")] = DEFAULT_MAX_ROW_BYTES,
 ) -> None:
     """Run one read-only SQL query and print its rows.
 
@@ -94,7 +100,7 @@ def sql(
     _watchdog(timeout)
     read_limit = max_cell_bytes * (TABLE_READ_FACTOR if fmt is Format.table else 1)
     with state(ctx).warehouse.sql_stream(text, dict(param or []), timeout=timeout, max_rows=max_rows,
-                                         max_value_bytes=read_limit) as rows:
+                                         max_value_bytes=read_limit, max_row_bytes=max_row_bytes) as rows:
         write_rows(rows.columns, rows, fmt, max_cell_bytes=max_cell_bytes, wide=wide)
         sys.stdout.flush()  # inside the time limit
     if rows.truncated:
