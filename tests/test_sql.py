@@ -220,7 +220,7 @@ def test_cell_limit(url):
             "Error: row 1, column big: a value of 6,000 bytes is over the cell limit (1,000 bytes): "
             "raise --max-cell-bytes, or cut it in SQL (substr)",
             "Error: a value would be larger than 1,000 bytes, more than this command reads: "
-            "raise --max-cell-bytes, or cut it in SQL (substr)")
+            "raise --max-cell-bytes (max_value_bytes in the API), or cut it in SQL (substr, fewer columns)")
     whole = cli(url, "sql", "-f", "csv", "--max-cell-bytes", "7000", big)  # SQLite builds 6,003 on the way
     assert whole.stdout.splitlines() == ["big", "y" * 6000]
 

@@ -251,6 +251,7 @@ def _session(url: URL, timeout: float, *, snapshot: bool, max_value_bytes: int |
             yield session
         finally:
             watchdog.cancel()
+            session.disarm()
 
 
 def check_caps(max_value_bytes: int | None, max_row_bytes: int | None) -> None:
@@ -302,6 +303,8 @@ class ReadSession:
         self._transaction = transaction
         self._max_value_bytes = max_value_bytes
         self._interrupted = False  # by the watchdog
+        self._armed = True  # the watchdog may still interrupt (see disarm)
+        self._watchdog_lock = threading.Lock()
         self._own_text = own_text  # every statement the library's (readonly_session)
         self._describe_error = describe_error
         self._driver_error = driver_error  # the base class of the driver's own errors
@@ -395,15 +398,25 @@ class ReadSession:
 
     def interrupt(self) -> None:
         """Stop the statement running, from another thread (the watchdog's)."""
-        self._interrupted = True
-        try:
-            raw = self._transaction.conn.connection.driver_connection
-            if isinstance(raw, sqlite3.Connection):
-                raw.interrupt()
-            else:
-                raw.cancel_safe(timeout=5)
-        except Exception:  # a connection closing meanwhile: nothing left to stop
-            pass
+        with self._watchdog_lock:
+            if not self._armed:
+                return
+            self._interrupted = True
+            try:
+                raw = self._transaction.conn.connection.driver_connection
+                if isinstance(raw, sqlite3.Connection):
+                    raw.interrupt()
+                else:
+                    raw.cancel_safe(timeout=5)
+            except Exception:  # a connection closing meanwhile: nothing left to stop
+                pass
+
+    def disarm(self) -> None:
+        """No interrupt after this returns, nor one still on its way: the connection goes back to
+        the pool next, and a cancel meant for this session must not reach the next one's
+        statement. (A cancel delivered while the connection is idle is discarded by the server.)"""
+        with self._watchdog_lock:
+            self._armed = False
 
     @contextmanager
     def errors(self) -> Iterator[None]:
