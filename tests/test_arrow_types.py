@@ -242,3 +242,17 @@ def test_a_struct_with_two_fields_of_one_name_is_refused_in_one_line(engine, tmp
         assert conn.execute(text("SELECT trial_name FROM trials")).scalars().all() == ["ok__bbbbbbb"]
     info = export_hub(engine, tmp_path / "out", sources=[str(tmp_path / "ds")])
     assert [p.name for p in info.files] == ["train-00001-of-00002.parquet"]
+
+
+def test_a_nanosecond_date_keeps_its_text_and_starts_at_its_microsecond(engine, tmp_path):
+    """The Hub `date` column (a string) is a modelled column: `started_at` holds what both backends'
+    timestamps can (microseconds), `date_raw` and the export the text as written."""
+    date = "2026-05-27T13:46:14.647436789Z"
+    shard = _write(tmp_path / "ds" / "data" / "train-00000.parquet",
+                   pa.Table.from_pylist([hub_row("ns__aaaaaaa", 0, [("user", "q")], date=date)]))
+    assert round_trip(engine, tmp_path / "ds", tmp_path / "out") == 1
+    with engine.connect() as conn:
+        started_at, date_raw = conn.execute(text("SELECT started_at, date_raw FROM trials")).one()
+    assert date_raw == date
+    assert str(started_at).startswith("2026-05-27 13:46:14.647436")
+    assert pq.read_table(tmp_path / "out" / "data" / shard.name)["date"].to_pylist() == [date]
