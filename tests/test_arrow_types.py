@@ -256,3 +256,17 @@ def test_a_nanosecond_date_keeps_its_text_and_starts_at_its_microsecond(engine, 
     assert date_raw == date
     assert str(started_at).startswith("2026-05-27 13:46:14.647436")
     assert pq.read_table(tmp_path / "out" / "data" / shard.name)["date"].to_pylist() == [date]
+
+
+def test_a_dictionary_column_keeps_its_values_and_rebuilds_its_dictionary(engine, tmp_path):
+    """The values of a dictionary-encoded column come back under its type; the dictionary itself
+    (here with an entry no row uses, in no row's order) is rebuilt from the values."""
+    labels = pa.DictionaryArray.from_arrays(pa.array([1, 0, None, 1], pa.int8()), pa.array(["b", "a", "unused"]))
+    rows = pa.Table.from_pylist([hub_row(f"dict{i}__aaaaaaa", 0, [("user", "q")]) for i in range(4)])
+    shard = _write(tmp_path / "ds" / "data" / "train-00000.parquet", rows.append_column("label", labels))
+    assert ingest(engine, [str(tmp_path / "ds")]).errors == []
+    export_hub(engine, tmp_path / "out", sources=[str(tmp_path / "ds")])
+    expected, got = pq.read_table(shard), pq.read_table(tmp_path / "out" / "data" / shard.name)
+    assert got.schema.equals(expected.schema, check_metadata=True)
+    assert got["label"].to_pylist() == expected["label"].to_pylist() == ["a", "b", None, "a"]
+    assert got["label"].chunk(0).dictionary.to_pylist() == ["a", "b"]

@@ -61,14 +61,14 @@ def unsupported(type: pa.DataType) -> str | None:
 
 def to_json(array: pa.Array) -> list[Any]:
     """The values of `array` in their JSON form (see the module's docstring)."""
-    values = as_type(array, plain_type(array.type)).to_pylist()
+    values = _as_type(array, _plain_type(array.type)).to_pylist()
     encode = _encoder(array.type)
     return values if encode is None else [encode(v) for v in values]
 
 
 @functools.lru_cache(maxsize=None)
 def _encoder(type: pa.DataType) -> Convert | None:
-    """The function turning one plain value (`plain_type`'s to_pylist) of `type` into JSON;
+    """The function turning one plain value (`_plain_type`'s to_pylist) of `type` into JSON;
     None when plain values are JSON already (strings, integers, booleans, lists of them)."""
     if pa.types.is_timestamp(type):
         unit, zoned = type.unit, type.tz is not None
@@ -156,12 +156,12 @@ def _days(year: int, month: int, day: int) -> int:
 def from_json(values: list[Any], type: pa.DataType, name: str) -> pa.Array:
     """A column of JSON values (as `to_json` wrote them, or Python values of the type) as an
     Arrow array of `type`; values that do not fit it are a WarehouseError naming the column."""
-    plain = plain_type(type)
+    plain = _plain_type(type)
     decode = _decoder(type)
     if decode is not None:
         values = [decode(v) for v in values]
     try:
-        return as_type(pa.array(values, type=plain), type)
+        return _as_type(pa.array(values, type=plain), type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
             OverflowError) as exc:
         raise WarehouseError(f"column '{name}': stored values do not fit its type {type} "
@@ -171,7 +171,7 @@ def from_json(values: list[Any], type: pa.DataType, name: str) -> pa.Array:
 @functools.lru_cache(maxsize=None)
 def _decoder(type: pa.DataType) -> Convert | None:
     """The function turning one stored JSON value of `type` into what `pa.array` takes for
-    `plain_type(type)`; None when the JSON value is that already. A value in no known form is
+    `_plain_type(type)`; None when the JSON value is that already. A value in no known form is
     passed on for Arrow to refuse, naming the column."""
     if pa.types.is_timestamp(type):
         unit = type.unit
@@ -282,11 +282,11 @@ def _in_unit(seconds: int, fraction: str | None, unit: str, text: str) -> int | 
 
 
 @functools.lru_cache(maxsize=None)
-def plain_type(type: pa.DataType) -> pa.DataType:
+def _plain_type(type: pa.DataType) -> pa.DataType:
     """`type` with the same buffers but nothing Python would convert lossily: each temporal
     type an integer of its width, each extension type its storage type, at any depth."""
     if isinstance(type, pa.BaseExtensionType):
-        return plain_type(type.storage_type)
+        return _plain_type(type.storage_type)
     if _is_temporal(type):
         return pa.int32() if type.bit_width == 32 else pa.int64()
     if pa.types.is_struct(type):
@@ -294,45 +294,45 @@ def plain_type(type: pa.DataType) -> pa.DataType:
     if pa.types.is_map(type):
         return pa.map_(_plain_field(type.key_field), _plain_field(type.item_field), type.keys_sorted)
     if pa.types.is_dictionary(type):
-        return pa.dictionary(type.index_type, plain_type(type.value_type), type.ordered)
-    for is_list, make in _LISTS:
-        if is_list(type):
-            size = (type.list_size,) if pa.types.is_fixed_size_list(type) else ()
-            return make(_plain_field(type.value_field), *size)
+        return pa.dictionary(type.index_type, _plain_type(type.value_type), type.ordered)
+    kind = _list_kind(type)
+    if kind is not None:
+        size = (type.list_size,) if pa.types.is_fixed_size_list(type) else ()
+        return kind[0](_plain_field(type.value_field), *size)
     return type
 
 
-def as_type(array: pa.Array, type: pa.DataType) -> pa.Array:
-    """`array` as `type`, a type of the same layout (`plain_type`'s), on the same buffers. Rebuilt
+def _as_type(array: pa.Array, type: pa.DataType) -> pa.Array:
+    """`array` as `type`, a type of the same layout (`_plain_type`'s), on the same buffers. Rebuilt
     level by level with only the leaves viewed: `Array.view` of a whole nested array gives a
     null-typed child its parent's length (pyarrow 26), which breaks a list of structs."""
     if array.type == type:
         return array
     if isinstance(array.type, pa.BaseExtensionType):
-        return as_type(array.storage, type)
+        return _as_type(array.storage, type)
     if isinstance(type, pa.BaseExtensionType):
-        return pa.ExtensionArray.from_storage(type, as_type(array, type.storage_type))
+        return pa.ExtensionArray.from_storage(type, _as_type(array, type.storage_type))
     mask = array.is_null() if array.null_count else None
     if pa.types.is_struct(type):
-        children = [as_type(array.field(i), f.type) for i, f in enumerate(type)]
+        children = [_as_type(array.field(i), f.type) for i, f in enumerate(type)]
         return pa.StructArray.from_arrays(children, fields=list(type), mask=mask)
     if pa.types.is_dictionary(type):
-        return pa.DictionaryArray.from_arrays(array.indices, as_type(array.dictionary, type.value_type),
+        return pa.DictionaryArray.from_arrays(array.indices, _as_type(array.dictionary, type.value_type),
                                               ordered=type.ordered)
     if pa.types.is_map(type):
-        return pa.MapArray.from_arrays(_unsliced(array.offsets), as_type(array.keys, type.key_type),
-                                       as_type(array.items, type.item_type), type=type, mask=mask)
+        return pa.MapArray.from_arrays(_unsliced(array.offsets), _as_type(array.keys, type.key_type),
+                                       _as_type(array.items, type.item_type), type=type, mask=mask)
+    kind = _list_kind(type)
+    if kind is None:
+        return array.view(type)  # a leaf: temporal <-> integer
     if pa.types.is_fixed_size_list(type):
-        size = type.list_size  # .values starts at the array's first list, not its offset's
+        size = type.list_size  # .values starts at the array's first list, not at its offset
         values = array.values.slice(array.offset * size, len(array) * size)
-        return pa.FixedSizeListArray.from_arrays(as_type(values, type.value_type), type=type, mask=mask)
-    if pa.types.is_list(type) or pa.types.is_large_list(type):
-        return type_class(type).from_arrays(_unsliced(array.offsets), as_type(array.values, type.value_type),
-                                            type=type, mask=mask)
+        return pa.FixedSizeListArray.from_arrays(_as_type(values, type.value_type), type=type, mask=mask)
+    values = _as_type(array.values, type.value_type)
     if pa.types.is_list_view(type) or pa.types.is_large_list_view(type):
-        return type_class(type).from_arrays(_unsliced(array.offsets), _unsliced(array.sizes),
-                                            as_type(array.values, type.value_type), type=type, mask=mask)
-    return array.view(type)  # a leaf: temporal <-> integer
+        return kind[1].from_arrays(_unsliced(array.offsets), _unsliced(array.sizes), values, type=type, mask=mask)
+    return kind[1].from_arrays(_unsliced(array.offsets), values, type=type, mask=mask)
 
 
 def _unsliced(offsets: pa.Array) -> pa.Array:
@@ -340,18 +340,19 @@ def _unsliced(offsets: pa.Array) -> pa.Array:
     return pa.concat_arrays([offsets]) if offsets.offset else offsets
 
 
-def type_class(type: pa.DataType) -> Any:
-    return {pa.list_: pa.ListArray, pa.large_list: pa.LargeListArray, pa.list_view: pa.ListViewArray,
-            pa.large_list_view: pa.LargeListViewArray}[next(make for is_list, make in _LISTS if is_list(type))]
-
-
 def _plain_field(field: pa.Field) -> pa.Field:
-    return field.with_type(plain_type(field.type))
+    return field.with_type(_plain_type(field.type))
 
 
-_LISTS = ((pa.types.is_list, pa.list_), (pa.types.is_large_list, pa.large_list),
-          (pa.types.is_fixed_size_list, pa.list_), (pa.types.is_list_view, pa.list_view),
-          (pa.types.is_large_list_view, pa.large_list_view))
+# Each kind of list: how to tell it, how to make its type, its array class.
+_LISTS = ((pa.types.is_list, pa.list_, pa.ListArray), (pa.types.is_large_list, pa.large_list, pa.LargeListArray),
+          (pa.types.is_fixed_size_list, pa.list_, pa.FixedSizeListArray),
+          (pa.types.is_list_view, pa.list_view, pa.ListViewArray),
+          (pa.types.is_large_list_view, pa.large_list_view, pa.LargeListViewArray))
+
+
+def _list_kind(type: pa.DataType) -> tuple[Callable, Any] | None:
+    return next(((make, cls) for is_list, make, cls in _LISTS if is_list(type)), None)
 
 
 def _children(type: pa.DataType) -> list[pa.DataType]:
@@ -363,7 +364,7 @@ def _children(type: pa.DataType) -> list[pa.DataType]:
         return [type.key_type, type.item_type]
     if pa.types.is_dictionary(type):
         return [type.value_type]
-    if any(is_list(type) for is_list, _ in _LISTS):
+    if _list_kind(type) is not None:
         return [type.value_type]
     return []
 
