@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
-from decimal import Decimal
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +22,7 @@ import pyarrow.parquet as pq
 from ingest.prefetch import prefetch
 from ingest.prepare import Batch, Messages, Turns, prepare, roles_and_digests_hash, trial_row
 from ingest.records import Episode, Rejected, Trial, Turn
+from warehouse.arrow_json import to_json, unsupported
 from warehouse.errors import first_line
 
 REQUIRED = ("conversations", "trial_name", "episode")
@@ -43,8 +42,6 @@ BATCH_ROWS = 256
 BATCH_BYTES = 2 << 20
 
 T = TypeVar("T")
-# The words a float that is not a number is kept as in JSON values.
-NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 class ShardError(Exception):
@@ -83,6 +80,10 @@ def open_shard(path: Path) -> tuple[pq.ParquetFile, ShardInfo]:
     for name in STRING_COLUMNS:
         if name in schema.names and not _is_string(schema.field(name).type):
             raise ShardError(f"{path}: column '{name}' is {schema.field(name).type}, expected a string")
+    for field in schema:
+        why = unsupported(field.type)
+        if why:
+            raise ShardError(f"{path}: column '{field.name}' {why}")
     conv = schema.field("conversations").type
     if not (pa.types.is_list(conv) or pa.types.is_large_list(conv)) or not pa.types.is_struct(conv.value_type):
         raise ShardError(f"{path}: column 'conversations' is {conv}, expected a list of {{role, content}} structs")
@@ -167,7 +168,7 @@ def rows_of(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, ru
     for i, name in enumerate(names):
         if name != "conversations":
             try:
-                columns[name] = batch.column(i).to_pylist()
+                columns[name] = to_json(batch.column(i))
             except UnicodeDecodeError:
                 columns[name] = _values_row_by_row(batch.column(i), name, bad_text)
     trials: list[Trial] = []
@@ -200,7 +201,7 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
     content_array = parts["content"].slice(start, offsets[-1] - start)
     try:
         roles = role_array.to_pylist()
-        columns = {name: batch.column(i).to_pylist() for i, name in enumerate(names) if name != "conversations"}
+        columns = {name: to_json(batch.column(i)) for i, name in enumerate(names) if name != "conversations"}
         # The texts stay UTF-8, as Arrow holds them (checked here: Arrow does not check what it
         # reads): hashed and stored without being decoded into strings and encoded back.
         content_array.validate(full=True)
@@ -237,12 +238,12 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
 
 
 def _values_row_by_row(column: pa.Array, name: str, bad_text: dict[int, str]) -> list[Any]:
-    """column.to_pylist() one value at a time, recording in bad_text the rows whose text does
+    """to_json(column) one value at a time, recording in bad_text the rows whose text does
     not decode (their value is None here)."""
     values = []
     for i in range(len(column)):
         try:
-            values.append(column[i].as_py())
+            values.append(to_json(column.slice(i, 1))[0])
         except UnicodeDecodeError as exc:
             bad_text.setdefault(i, f"column '{name}' is not valid UTF-8 ({exc.reason}, byte 0x{exc.object[exc.start]:02x})")
             values.append(None)
@@ -270,7 +271,7 @@ def map_row(row: dict[str, Any], turns: list[Turn] | str, row_number: int, run_n
         extra["episode"] = episode_raw  # e.g. zero-padded: keep the exact string
     for name, value in row.items():
         if name not in TRIAL_COLUMNS and name not in ("conversations", "episode", TRACE_SOURCE):
-            extra[name] = to_json_value(value)
+            extra[name] = value
 
     trace_source = row.get(TRACE_SOURCE)
     if trace_source is not None and not isinstance(trace_source, str):
@@ -317,7 +318,7 @@ def decode_conversations(column: pa.Array) -> list[list[Turn] | str]:
     dict per message, which is most of the reading time for a large shard."""
     struct_type = column.type.value_type
     if sorted(f.name for f in struct_type) != ["content", "role"]:
-        return [_conversation_or_reason(c) for c in column.to_pylist()]  # extra fields: rare
+        return [_conversation_or_reason(c) for c in to_json(column)]  # extra fields: rare
     fields = dict(zip((f.name for f in struct_type), column.values.flatten()))
     roles, contents = fields["role"].to_pylist(), fields["content"].to_pylist()
     offsets = column.offsets.to_pylist()
@@ -355,7 +356,7 @@ def map_conversation(conversation: Any) -> list[Turn]:
         role = message.get("role")
         if not role:
             raise RowError(f"conversations[{i}].role is missing")
-        extra = {k: to_json_value(v) for k, v in message.items() if k not in ("role", "content") and v is not None}
+        extra = {k: v for k, v in message.items() if k not in ("role", "content") and v is not None}
         turns.append(Turn(role=role, content=message.get("content"), extra=extra or None))
     return turns
 
@@ -382,29 +383,6 @@ def parse_timestamp(raw: str | None) -> datetime | None:
         return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
     except (ValueError, OverflowError):
         return None
-
-
-def to_json_value(value: Any) -> Any:
-    """A Parquet cell as a JSON value; the shard's Arrow schema (kept in the ledger) says how
-    to turn it back into its original type."""
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return {"$bytes_b64": base64.b64encode(value).decode()}
-    if isinstance(value, dict):
-        return {k: to_json_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json_value(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        # JSON has no NaN or infinities and PostgreSQL's jsonb refuses them: kept as the words
-        # Python's json writes, as the trace reader keeps them (so one query finds both), which
-        # the column's float type in the Arrow schema turns back.
-        return NON_FINITE[str(value)]
-    if value is None or isinstance(value, (str, int, float)):
-        return value
-    return str(value)  # time of day, durations: their text (the Arrow schema has the type)
 
 
 def _is_string(t: pa.DataType) -> bool:

@@ -156,6 +156,16 @@ def _deeply_nested_column(p: Path) -> None:
     _shard(p, [dict(r, deep=value) for r in _rows()], [pa.field("deep", arrow_type)])
 
 
+def _struct_with_a_repeated_field(p: Path) -> None:
+    """A struct column with two fields named `a`: kept as a JSON object, they would be one."""
+    rows = _rows()
+    twice = pa.StructArray.from_arrays([pa.array([1] * len(rows)), pa.array([2] * len(rows))], ["a", "a"])
+    table = pa.Table.from_pylist(rows, schema=pa.schema(
+        [pa.field(k, CONVERSATIONS if k == "conversations" else pa.string()) for k in rows[0]]))
+    p.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table.append_column("twice", twice), p)
+
+
 def _unreadable_shard(p: Path) -> None:
     _shard(p)
     p.chmod(0)
@@ -258,6 +268,8 @@ PARQUET_CASES = [
     Case("pq-duplicate-column", "parquet", "unit", _duplicate_column, ("column 'trial_name' appears 2 times",)),
     Case("pq-nested-too-deeply", "parquet", "unit", _deeply_nested_column,
          ("not a readable Parquet file", "schema too deeply nested")),
+    Case("pq-struct-repeated-field", "parquet", "unit", _struct_with_a_repeated_field,
+         ("column 'twice' has two struct fields named 'a'",)),
     Case("pq-unreadable", "parquet", "unit", _unreadable_shard, ("cannot read", "Permission denied"), unreadable=True),
     Case("row-null-conversations", "parquet", "row", lambda p: _shard(p, _rows(bad={"conversations": None})),
          ("row 1", "conversations is null")),

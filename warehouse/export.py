@@ -21,7 +21,6 @@ in row groups of at most ROW_GROUP_ROWS rows or ROW_GROUP_BYTES of text.
 from __future__ import annotations
 
 import base64
-import functools
 import itertools
 import json
 import re
@@ -29,8 +28,7 @@ import shlex
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
-from decimal import Decimal
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ from sqlalchemy import Connection, Engine, Integer, and_, exists, func, or_, sel
 from sqlalchemy.orm import aliased
 
 from warehouse import __version__
+from warehouse.arrow_json import from_json
 from warehouse.db import models
 from warehouse.errors import WarehouseError, first_line
 from warehouse.filters import Filters
@@ -518,7 +517,7 @@ class _ShardWriter:
     def _flush(self) -> None:
         if not self._buffered_rows:
             return
-        arrays = [to_arrow(self._columns[f.name], f.type, f.name) for f in self.schema]
+        arrays = [from_json(self._columns[f.name], f.type, f.name) for f in self.schema]
         table = pa.Table.from_arrays(arrays, schema=self.schema)
         self._writer.write_table(table, row_group_size=table.num_rows)
         self._reset()
@@ -684,76 +683,7 @@ def _feature_type(type: pa.DataType) -> dict[str, Any]:
     return {"dtype": _DTYPES.get(str(type), str(type))}
 
 
-# --- values back to their Arrow types ------------------------------------------------------
-
-
-def to_arrow(values: list[Any], type: pa.DataType, name: str) -> pa.Array:
-    """A column of Python values as an Arrow array of `type`. Values kept in JSON columns
-    (episodes.extra, turns.extra) are first turned back into what Arrow takes for that type."""
-    if _needs_restore(type):
-        values = [restore(v, type) for v in values]
-    try:
-        return pa.array(values, type=type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
-        raise WarehouseError(f"column '{name}': stored values do not fit its type {type} "
-                             f"({first_line(exc)})") from None
-
-
-def restore(value: Any, type: pa.DataType) -> Any:
-    """Undo `ingest.hub.to_json_value` for one value of Arrow type `type`: bytes were
-    {"$bytes_b64": …}, datetimes and dates ISO strings, decimals strings, non-finite floats
-    their names, maps [key, value] lists."""
-    if value is None:
-        return None
-    if pa.types.is_dictionary(type):
-        return restore(value, type.value_type)
-    if pa.types.is_struct(type):
-        return {f.name: restore(value.get(f.name), f.type) for f in type} if isinstance(value, dict) else value
-    if pa.types.is_map(type):
-        return [(restore(k, type.key_type), restore(v, type.item_type)) for k, v in value]
-    if _is_list(type):
-        return [restore(v, type.value_type) for v in value]
-    if _is_binary(type):
-        return base64.b64decode(value["$bytes_b64"]) if isinstance(value, dict) else value
-    if isinstance(value, str):
-        if pa.types.is_floating(type):
-            return _non_finite(value)
-        if pa.types.is_timestamp(type):
-            return datetime.fromisoformat(value)
-        if pa.types.is_date(type):
-            return date.fromisoformat(value)
-        if pa.types.is_decimal(type):
-            return Decimal(value)
-    return value
-
-
-def _non_finite(value: str) -> float | str:
-    """NaN, Infinity, -Infinity (and nan, inf, -inf, as loads before 2026-11-30 kept them) as the
-    floats they were; any other text is left for Arrow to refuse, naming the column."""
-    try:
-        return float(value)
-    except ValueError:
-        return value
-
-
-@functools.lru_cache(maxsize=None)
-def _needs_restore(type: pa.DataType) -> bool:
-    """Whether any part of `type` is stored in a form Arrow does not take back as is (plain
-    numbers, strings, lists and structs go straight in: the common case, kept fast)."""
-    if pa.types.is_struct(type):
-        return any(_needs_restore(f.type) for f in type)
-    if _is_list(type):
-        return _needs_restore(type.value_type)
-    return (pa.types.is_map(type) or pa.types.is_dictionary(type) or _is_binary(type) or pa.types.is_floating(type)
-            or pa.types.is_timestamp(type) or pa.types.is_date(type) or pa.types.is_decimal(type))
-
-
 def _is_list(type: pa.DataType) -> bool:
     return (pa.types.is_list(type) or pa.types.is_large_list(type) or pa.types.is_fixed_size_list(type)
             or pa.types.is_list_view(type) or pa.types.is_large_list_view(type))
-
-
-def _is_binary(type: pa.DataType) -> bool:
-    return (pa.types.is_binary(type) or pa.types.is_large_binary(type) or pa.types.is_fixed_size_binary(type)
-            or pa.types.is_binary_view(type))
 
