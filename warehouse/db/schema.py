@@ -27,7 +27,7 @@ MIGRATION_LOCK = 0x77686462  # "whdb"; distinct from the ingest write lock (inge
 # The newest revision in migrations/versions. Every command checks the database against it, so
 # it is a constant rather than read from the scripts: importing Alembic costs a tenth of a
 # second that a re-ingest or a query should not pay. test_migrations keeps it honest.
-HEAD_REVISION = "0010"
+HEAD_REVISION = "0011"
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -86,6 +86,12 @@ def _run(engine: Engine, fn, *args) -> None:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     _step(engine, "upgrade", revision)
+    if engine.dialect.name == "postgresql" and current_revision(engine) == head_revision():
+        # The database's read role, granted again: a database copied from a warehouse (CREATE
+        # DATABASE … TEMPLATE) is at head with its template's grants, not its own (roles.grant).
+        from warehouse.db import roles
+
+        _run(engine, lambda cfg: roles.grant(cfg.attributes["connection"]))
 
 
 def downgrade(engine: Engine, revision: str) -> None:
