@@ -32,6 +32,7 @@ on PostgreSQL).
 from __future__ import annotations
 
 import atexit
+import logging
 import math
 import sqlite3
 import threading
@@ -528,6 +529,13 @@ class _StringAgg:
 # way), but psycopg forgets every prepared statement on a ROLLBACK.
 _END_SESSION = ("COMMIT; CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; "
                 "SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES")
+
+
+# psycopg logs a warning ("error ignored terminating <psycopg.Pipeline …>: pipeline aborted") when
+# a pipeline a failed statement aborted is closed, some of the time (it races the server's reply):
+# the statement's own error is the one raised and said; the warning would be a second line on stderr.
+logging.getLogger("psycopg").addFilter(
+    lambda record: not record.getMessage().startswith("error ignored terminating <psycopg.Pipeline"))
 
 
 @contextmanager

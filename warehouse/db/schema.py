@@ -54,8 +54,23 @@ def current_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
         try:
             return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        except (OperationalError, ProgrammingError):
+        except ProgrammingError as exc:
+            if getattr(exc.orig, "sqlstate", None) == "42501":  # insufficient_privilege
+                conn.rollback()
+                raise _may_not_read(conn) from None
             return None  # no version table
+        except OperationalError:
+            return None
+
+
+def _may_not_read(conn) -> SchemaError:
+    """A PostgreSQL user refused the warehouse's tables: said as such (not as a database that
+    holds no warehouse), with the grant that gives read access."""
+    from warehouse.db.roles import reader_role
+
+    database, user = conn.exec_driver_sql("SELECT current_database(), quote_ident(current_user)").one()
+    return SchemaError(f"{redact(conn.engine.url)}: permission denied: {user} may not read this warehouse; "
+                       f"its owner can give read access with GRANT {reader_role(database)} TO {user}")
 
 
 def is_empty(engine: Engine) -> bool:
