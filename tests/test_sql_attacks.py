@@ -207,6 +207,7 @@ def test_who_runs_ad_hoc_sql(warehouses, role):
         assert user == make_url(wh["url"]).username
         again = cli(wh["url"], "db", "upgrade")
         assert "note: `warehouse sql` will run as" in again.stderr and again.returncode == 0
+        assert f"CREATE ROLE {reader_role(make_url(wh['url']).database)} NOLOGIN" in again.stderr
 
 
 def test_acceptance_truncate_through_ordinary_role(warehouses):
