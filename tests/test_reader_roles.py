@@ -175,9 +175,12 @@ def test_a_copy_made_from_a_template_gets_its_own_reader_at_db_upgrade(server):
     _warehouse(server, server.url(a))
     alice = server.role()
     server.admin.execute(f"GRANT {roles.reader_role(a)} TO {alice[0]}")
-    copy = server.database(template=a)
-    # The copy holds the template's grants (PostgreSQL copies them): its reader does not exist
-    # yet, so queries run as the connecting user, not as the template's reader.
+    # Its reader exists already (a database of that name was there before), but is granted
+    # nothing in the copy, which holds the template's grants (PostgreSQL copies them): queries
+    # run as the connecting user, neither as the template's reader nor refused as the copy's.
+    copy = f"wh_test_{uuid.uuid4().hex[:12]}"
+    server.admin.execute(f"CREATE ROLE {roles.reader_role(copy)} NOLOGIN")
+    server.database(copy, template=a)
     assert server.reads(roles.reader_role(a), copy)
     done = cli(server.url(copy), "sql", "-f", "csv", "SELECT current_user AS u")
     assert done.stdout.splitlines()[1:] == [make_url(PG_URL).username], done.stderr
