@@ -81,8 +81,11 @@ def _fresh_postgres(admin_url: str):
 def _drop_postgres(admin: str, name: str) -> None:
     import psycopg
 
+    from warehouse.db.roles import reader_role
+
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f"DROP ROLE IF EXISTS {reader_role(name)}")  # its reader, which upgrade made
 
 
 def child(method: str, dataset: Path, work: Path, pg: str | None) -> dict:

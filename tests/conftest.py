@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from warehouse.db import schema
+from warehouse.db import roles, schema
 from warehouse.db.engine import make_engine, resolve_url
 
 # A table printed by a CLI run in a test fits COLUMNS when it is set: without it, as to any pipe,
@@ -60,6 +60,7 @@ def pg_template() -> Iterator[str]:
     engine.dispose()
     yield name
     admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.execute(f"DROP ROLE IF EXISTS {roles.reader_role(name)}")
     admin.close()
 
 
@@ -75,9 +76,17 @@ def _fresh_pg(template: str | None) -> Iterator[str]:
     name = f"wh_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(_pg_admin_conninfo(), autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template or "template0"}"')
+    if template:
+        # A copy holds the template's grants, to the template's reader: its own reader is what
+        # `db upgrade` would make (warehouse.db.roles), made here for less.
+        engine = make_engine(resolve_url(_db_url(name)))
+        with engine.begin() as conn:
+            roles.grant(conn)
+        engine.dispose()
     yield _db_url(name)
     with psycopg.connect(_pg_admin_conninfo(), autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.execute(f"DROP ROLE IF EXISTS {roles.reader_role(name)}")  # roles are the server's
 
 
 @pytest.fixture(params=BACKENDS)

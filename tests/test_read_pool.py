@@ -13,7 +13,8 @@ from sqlalchemy.engine import make_url
 
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
-from warehouse.readonly import READER_ROLE, readonly_session, run_readonly
+from warehouse.db.roles import reader_role
+from warehouse.readonly import readonly_session, run_readonly
 
 # The PostgreSQL read pool only. SQLite's read connections were pooled before; what keeps them
 # clean is the file opened read-only and the authorizer, which tests/test_sql_attacks.py covers.
@@ -59,8 +60,9 @@ def test_a_pooled_connection_starts_each_session_clean(pg_url):
     assert _lock_holders(pg_url) == [], "the session's lock outlived it, on the pooled connection"
     second = _state(pg_url, timeout=7)
     assert first[0] == second[0], "the second session should reuse the first one's connection"
-    assert first[1:] == (READER_ROLE, "5s", "on", "leak", 1)
-    assert second[1:] == (READER_ROLE, "7s", "on", "", 0)
+    reader = reader_role(make_url(pg_url).database)
+    assert first[1:] == (reader, "5s", "on", "leak", 1)
+    assert second[1:] == (reader, "7s", "on", "", 0)
 
 
 def test_a_failed_statement_leaves_the_pooled_connection_usable(pg_url):
@@ -69,7 +71,7 @@ def test_a_failed_statement_leaves_the_pooled_connection_usable(pg_url):
             session.fetch("SELECT 1 / (SELECT count(*) - count(*) FROM runs)")
     first = _state(pg_url, timeout=5)
     assert _state(pg_url, timeout=5)[0] == first[0]
-    assert first[1:4] == (READER_ROLE, "5s", "on")
+    assert first[1:4] == (reader_role(make_url(pg_url).database), "5s", "on")
 
 
 def test_a_query_asked_again_is_not_parsed_again(pg_url):

@@ -24,6 +24,7 @@ from ingest.bulk import PG_WRITE_LOCK
 from query_fixture import cli
 from sql_attacks import CASES, SIZED, WHERE
 from warehouse.db import schema
+from warehouse.db.roles import reader_role
 from warehouse.db.engine import make_engine, resolve_url
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -224,18 +225,19 @@ def _peak(command: list[str], url: str, cwd: str) -> tuple[subprocess.CompletedP
 
 @pytest.mark.parametrize("role", ["superuser", "ordinary"])
 def test_who_runs_ad_hoc_sql(warehouses, role):
-    """Through a superuser's URL the statement runs as the reader role; an ordinary role that
-    may not take it on runs as itself, and `db upgrade` said so."""
+    """Through a superuser's URL the statement runs as the database's own reader role; an
+    ordinary role that may not take it on runs as itself, and `db upgrade` said so."""
     wh = warehouses("postgresql", role)
     done = cli(wh["url"], "sql", "-f", "csv", "SELECT current_user AS u")
     assert done.returncode == 0, done.stderr
     user = done.stdout.splitlines()[1]
     if role == "superuser":
-        assert user == "warehouse_reader"
+        assert user == reader_role(make_url(wh["url"]).database)
     else:
         assert user == make_url(wh["url"]).username
         again = cli(wh["url"], "db", "upgrade")
         assert "note: `warehouse sql` will run as" in again.stderr and again.returncode == 0
+        assert f"CREATE ROLE {reader_role(make_url(wh['url']).database)} NOLOGIN" in again.stderr
 
 
 def test_acceptance_truncate_through_ordinary_role(warehouses):

@@ -11,9 +11,9 @@ statements. Layers, each stopping what the ones before it let through (README, "
 - Sent so the server could not run a second statement: PostgreSQL's extended protocol (a
   server-side cursor for a stream, a prepared statement for a whole answer), never the simple
   protocol.
-- PostgreSQL: a connection whose only transaction is `READ ONLY`, run as the role
-  `warehouse_reader` (SET LOCAL ROLE; it may only read the warehouse's tables) where the
-  migrations could create it and the connecting user may take it on; its session reset at the
+- PostgreSQL: a connection whose only transaction is `READ ONLY`, run as the database's own
+  reader role (warehouse.db.roles; SET LOCAL ROLE; it may only read this warehouse's tables)
+  where it exists, may read here, and the connecting user may take it on; its session reset at the
   end (all DISCARD ALL resets but the prepared statements, see _END_SESSION) before it is pooled
   for the next, so nothing a statement changed in the session outlives it. (A session of the
   library's own text alone, a canned query's, could change nothing: its COMMIT ends it.)
@@ -38,6 +38,7 @@ on PostgreSQL).
 from __future__ import annotations
 
 import atexit
+import logging
 import math
 import sqlite3
 import threading
@@ -56,6 +57,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import QueuePool
 
 from warehouse.db.engine import no_warehouse, read_only_connect_args, resolve_url, sqlite_path, sqlite_read_connection
+from warehouse.db.roles import READS_HERE, reader_role
 from warehouse.errors import WarehouseError, first_line
 from warehouse.sqlcheck import ONLY_QUERIES, SQLITE_DENIED_FUNCTIONS
 
@@ -66,7 +68,6 @@ DEFAULT_MAX_ROWS = 10_000
 # gives none (the API); `warehouse sql` gives its own. None lifts a cap.
 DEFAULT_MAX_VALUE_BYTES = 100_000_000
 DEFAULT_MAX_ROW_BYTES = 200_000_000
-READER_ROLE = "warehouse_reader"  # created and granted by migration 0007
 
 # Rows fetched from the driver at a time: large enough to cost nothing per row, small enough
 # that a streamed result never holds much (on PostgreSQL each batch is a round trip). Never more
@@ -650,6 +651,13 @@ _END_SESSION = ("COMMIT; CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL
                 "SELECT pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES")
 
 
+# psycopg logs a warning ("error ignored terminating <psycopg.Pipeline …>: pipeline aborted") when
+# a pipeline a failed statement aborted is closed, some of the time (it races the server's reply):
+# the statement's own error is the one raised and said; the warning would be a second line on stderr.
+logging.getLogger("psycopg").addFilter(
+    lambda record: not record.getMessage().startswith("error ignored terminating <psycopg.Pipeline"))
+
+
 @contextmanager
 def _postgres_readonly(url: URL, timeout: float, snapshot: bool,
                        own_text: bool) -> Iterator[tuple[Any, Any, type[BaseException]]]:
@@ -736,7 +744,7 @@ class _PostgresTransaction:
             return send(self.conn.connection.driver_connection) if send else None
         while True:
             raw = self.conn.connection.driver_connection
-            reused = "may_be_reader" in self.conn.connection.info
+            reused = "reader_role" in self.conn.connection.info
             begin = [] if self._begun else [self._begin, self._settings()]
             self._sent = True
             try:
@@ -761,8 +769,9 @@ class _PostgresTransaction:
         set_config(..., true) is SET LOCAL (the role's checked as SET ROLE's is), all settings in
         one statement. The role comes last: a setting only this user may make (temp_file_limit)
         is made before it is taken on."""
+        role = _reader_role(self.conn)
         return f"SELECT set_config('statement_timeout', '{self._timeout_ms}', true)" + _server_limits(self.conn) + (
-            f", set_config('role', '{READER_ROLE}', true)" if _may_be_reader(self.conn) else "")
+            f", set_config('role', '{role}', true)" if role else "")
 
 
 def _server_limits(conn: Connection) -> str:
@@ -788,15 +797,21 @@ def _server_limits(conn: Connection) -> str:
     return info["server_limits"]
 
 
-def _may_be_reader(conn: Connection) -> bool:
-    """Whether this connection's user may take on the reader role: asked once per connection
-    (remembered in its pool record), as roles change only by a migration or an administrator."""
+def _reader_role(conn: Connection) -> str | None:
+    """The database's reader role (named for current_database()) if it may read the warehouse
+    here and this connection's user may take it on, else None: the statements then run as the
+    user (as on a copy of another warehouse that `db upgrade` has not given its own role yet:
+    its tables are granted to the template's). Asked once per connection (remembered in its pool
+    record), as roles and grants change only by a migration or an administrator."""
     info = conn.connection.info
-    if "may_be_reader" not in info:
-        [(info["may_be_reader"],)] = conn.connection.driver_connection.execute(
-            f"SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = '{READER_ROLE}' "
-            f"AND pg_has_role(rolname, 'MEMBER'))").fetchall()
-    return info["may_be_reader"]
+    if "reader_role" not in info:
+        raw = conn.connection.driver_connection
+        [(database,)] = raw.execute("SELECT current_database()").fetchall()
+        role = reader_role(database)
+        [(ok,)] = raw.execute(f"SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = %s AND pg_has_role(oid, "
+                              f"'MEMBER') AND {READS_HERE.format(role='oid')})", [role]).fetchall()
+        info["reader_role"] = role if ok else None
+    return info["reader_role"]
 
 
 def _postgres_engine(url: URL) -> Engine:
@@ -810,21 +825,27 @@ def _postgres_engine(url: URL) -> Engine:
 
 
 def reader_role_note(engine: Engine) -> str | None:
-    """Why ad-hoc SQL on this PostgreSQL database would not run as the reader role, if it would
+    """Why ad-hoc SQL on this PostgreSQL database would not run as its reader role, if it would
     not: for `db upgrade` to say."""
     if engine.dialect.name != "postgresql":
         return None
     with engine.connect() as conn:
-        exists, member, user = conn.exec_driver_sql(
-            f"SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = '{READER_ROLE}'), "
-            f"EXISTS (SELECT FROM pg_roles WHERE rolname = '{READER_ROLE}' AND pg_has_role(rolname, 'MEMBER')), "
-            "current_user").one()
-    if member:
+        role = reader_role(conn.exec_driver_sql("SELECT current_database()").scalar())
+        exists, member, reads, user = conn.exec_driver_sql(
+            "SELECT r.oid IS NOT NULL, coalesce(pg_has_role(r.oid, 'MEMBER'), false), "
+            f"{READS_HERE.format(role='r.oid')}, quote_ident(current_user) "
+            "FROM (SELECT) AS one LEFT JOIN pg_roles r ON r.rolname = %(role)s", {"role": role}).one()
+    if exists and member and reads:
         return None
-    fix = (f"CREATE ROLE {READER_ROLE} NOLOGIN and run `warehouse db upgrade` again" if not exists
-           else f"GRANT {READER_ROLE} TO {user}")
-    return (f"`warehouse sql` will run as {user}, not as the read-only role {READER_ROLE} "
-            f"(guarded by its grammar check and function denylist only); a superuser can: {fix}")
+    if not exists:
+        fix = (f"a superuser can: CREATE ROLE {role} NOLOGIN; GRANT {role} TO {user}; then run "
+               f"`warehouse db upgrade` again")
+    elif not member:
+        fix = f"a superuser can: GRANT {role} TO {user}"
+    else:
+        fix = f"the tables' owner can run `warehouse db upgrade`, which grants them to {role}"
+    return (f"`warehouse sql` will run as {user}, not as this warehouse's read-only role {role} "
+            f"(guarded by its grammar check and function denylist only); {fix}")
 
 
 def _connect(engine, describe) -> Connection:

@@ -27,7 +27,7 @@ MIGRATION_LOCK = 0x77686462  # "whdb"; distinct from the ingest write lock (inge
 # The newest revision in migrations/versions. Every command checks the database against it, so
 # it is a constant rather than read from the scripts: importing Alembic costs a tenth of a
 # second that a re-ingest or a query should not pay. test_migrations keeps it honest.
-HEAD_REVISION = "0010"
+HEAD_REVISION = "0011"
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -54,8 +54,23 @@ def current_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
         try:
             return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        except (OperationalError, ProgrammingError):
+        except ProgrammingError as exc:
+            if getattr(exc.orig, "sqlstate", None) == "42501":  # insufficient_privilege
+                conn.rollback()
+                raise _may_not_read(conn) from None
             return None  # no version table
+        except OperationalError:
+            return None
+
+
+def _may_not_read(conn) -> SchemaError:
+    """A PostgreSQL user refused the warehouse's tables: said as such (not as a database that
+    holds no warehouse), with the grant that gives read access."""
+    from warehouse.db.roles import reader_role
+
+    database, user = conn.exec_driver_sql("SELECT current_database(), quote_ident(current_user)").one()
+    return SchemaError(f"{redact(conn.engine.url)}: permission denied: {user} may not read this warehouse; "
+                       f"its owner can give read access with GRANT {reader_role(database)} TO {user}")
 
 
 def is_empty(engine: Engine) -> bool:
@@ -86,6 +101,12 @@ def _run(engine: Engine, fn, *args) -> None:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     _step(engine, "upgrade", revision)
+    if engine.dialect.name == "postgresql" and current_revision(engine) == head_revision():
+        # The database's read role, granted again: a database copied from a warehouse (CREATE
+        # DATABASE … TEMPLATE) is at head with its template's grants, not its own (roles.grant).
+        from warehouse.db import roles
+
+        _run(engine, lambda cfg: roles.grant(cfg.attributes["connection"]))
 
 
 def downgrade(engine: Engine, revision: str) -> None:
