@@ -233,14 +233,18 @@ def _without_noise(value: Any) -> Any:
 
 
 # run_task_outcomes' rows from run_task_breakdown's, which hold agent and model: exact for any
-# subset of agents and models, since the outcomes are the breakdown summed over them.
-_OUTCOMES_FROM_BREAKDOWN = """(SELECT b.run_id, b.task_id, sum(b.n_trials) AS n_trials,
-        sum(b.n_complete) AS n_complete, sum(b.n_incomplete) AS n_incomplete,
-        sum(b.n_successes) AS n_successes, sum(b.n_rewards) AS n_rewards, sum(b.reward_sum) AS reward_sum,
-        sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END) AS n_errors,
+# subset of agents and models, since the outcomes are the breakdown summed over them. Each count
+# cast to the table's INTEGER: PostgreSQL sums integers as bigint, and a sum of those as numeric,
+# which reached the answer as a float (928.0) where SQLite and the table itself give ints.
+_OUTCOMES_FROM_BREAKDOWN = """(SELECT b.run_id, b.task_id, CAST(sum(b.n_trials) AS INTEGER) AS n_trials,
+        CAST(sum(b.n_complete) AS INTEGER) AS n_complete, CAST(sum(b.n_incomplete) AS INTEGER) AS n_incomplete,
+        CAST(sum(b.n_successes) AS INTEGER) AS n_successes, CAST(sum(b.n_rewards) AS INTEGER) AS n_rewards,
+        sum(b.reward_sum) AS reward_sum,
+        CAST(sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END) AS INTEGER) AS n_errors,
         min(b.first_started) AS first_started, max(b.last_started) AS last_started,
-        sum(b.n_with_trajectory) AS n_with_trajectory, sum(b.n_with_input_tokens) AS n_with_input_tokens,
-        sum(b.n_with_output_tokens) AS n_with_output_tokens
+        CAST(sum(b.n_with_trajectory) AS INTEGER) AS n_with_trajectory,
+        CAST(sum(b.n_with_input_tokens) AS INTEGER) AS n_with_input_tokens,
+        CAST(sum(b.n_with_output_tokens) AS INTEGER) AS n_with_output_tokens
     FROM run_task_breakdown b WHERE {predicate} GROUP BY b.run_id, b.task_id)"""
 
 
