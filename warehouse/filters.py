@@ -7,8 +7,11 @@ Meanings (the same everywhere):
 - `labels`: `(key, value)` pairs; a run must carry every one;
 - `tasks`, `models`, `agents`: globs (`*` any text, `?` one character). Without a wildcard a
   glob is an exact, case-sensitive match; with one it matches ignoring ASCII case, on both
-  backends alike. A model matches by its full name (`anthropic/kimi-k2.6`) or by its name
-  without the provider (`kimi-k2.6`, the `model_name` column).
+  backends alike. A model matches when it is the value, or either one is the other with a
+  provider prefix in front (whole `/` segments): `--model anthropic/kimi-k2.6` matches trials
+  stored as `anthropic/kimi-k2.6` (single-step trials, Hub rows) and as `kimi-k2.6` (Harbor's
+  multi-step trials, which record the model without its provider), not `openai/kimi-k2.6`;
+  `--model kimi-k2.6` matches all three. A glob likewise (model_terms).
 Several values of one filter are alternatives (OR); different filters all apply (AND).
 """
 
@@ -22,9 +25,8 @@ from sqlalchemy import Connection
 from warehouse.errors import WarehouseError
 from warehouse.runs import label_pairs, resolve_runs, runs_with_labels
 
-# The model column's name without its provider prefix (warehouse.db.models.MODEL_NAME_SQL,
-# over any expression).
-_MODEL_NAME = "substr({m}, length(rtrim({m}, replace({m}, '/', ''))) + 1)"
+# How many `/` an expression holds.
+_SLASHES = "(length({m}) - length(replace({m}, '/', '')))"
 
 
 # Filters.sql's run_ids when the caller has not resolved them.
@@ -107,19 +109,20 @@ class Filters:
                 raise WarehouseError(f"this query cannot be narrowed by {option}")
             return column
 
-        def globs(kind: str, column: str, values: tuple[str, ...], *, model_names: bool = False) -> str:
+        def globs(kind: str, column: str, values: tuple[str, ...]) -> str:
             alternatives = []
             for i, glob in enumerate(values):
                 # Named by filter and position, so every predicate made from one Filters (a
                 # statement may need several, over different tables) binds a name to one value.
                 name = f"f_{kind}_{i}"
-                exprs = [column, _MODEL_NAME.format(m=column)] if model_names else [column]
-                if has_wildcard(glob):
+                if kind == "model":
+                    alternatives += model_terms(column, glob, name, binds)
+                elif has_wildcard(glob):
                     binds[name] = _like(glob).lower()
-                    alternatives += [f"lower({e}) LIKE :{name} ESCAPE '\\'" for e in exprs]
+                    alternatives.append(f"lower({column}) LIKE :{name} ESCAPE '\\'")
                 else:
                     binds[name] = glob
-                    alternatives += [f"{e} = :{name}" for e in exprs]
+                    alternatives.append(f"{column} = :{name}")
             return "(" + " OR ".join(alternatives) + ")"
 
         ids = self.run_ids(conn) if run_ids is _UNRESOLVED else run_ids
@@ -132,7 +135,36 @@ class Filters:
         elif self.tasks:
             terms.append(globs("task", need(task, "--task"), self.tasks))
         if self.models:
-            terms.append(globs("model", need(model, "--model"), self.models, model_names=True))
+            terms.append(globs("model", need(model, "--model"), self.models))
         if self.agents:
             terms.append(globs("agent", need(agent, "--agent"), self.agents))
         return (" AND ".join(terms) if terms else "1=1"), binds
+
+
+def model_terms(m: str, value: str, name: str, binds: dict[str, str]) -> list[str]:
+    """The alternatives (OR) by which the model expression `m` matches `value` (module
+    docstring), binding what they need under names starting with `name`:
+    - `m` is the value;
+    - `m` is `PROVIDER/value` (it ends with `/value`);
+    - the value is `PROVIDER/m`: `m` is one of the value's tails after a `/`, with as many `/`
+      in it as that tail has (so the glob `anthropic/*` does not take `openai/gpt-4o` for a tail).
+    Exact values compare exactly (no LIKE, which ignores case on SQLite), globs as other globs."""
+    tails = [value[i + 1:] for i, char in enumerate(value) if char == "/" and value[i + 1:]]
+    terms = []
+    if has_wildcard(value):
+        binds[name] = _like(value).lower()
+        binds[f"{name}_p"] = "%/" + binds[name]
+        terms += [f"lower({m}) LIKE :{name} ESCAPE '\\'", f"lower({m}) LIKE :{name}_p ESCAPE '\\'"]
+        for j, tail in enumerate(tails):
+            binds[f"{name}_t{j}"] = _like(tail).lower()
+            terms.append(f"(lower({m}) LIKE :{name}_t{j} ESCAPE '\\' AND {_SLASHES.format(m=m)} = {tail.count('/')})")
+        return terms
+    binds[name], binds[f"{name}_p"] = value, "/" + value
+    # The last len(value) + 1 characters (substr's start is 1-based; a shorter `m` gives a shorter
+    # text on both backends, never equal), written in: an integer the statement may not bind (on
+    # PostgreSQL a bound int is a bigint, which substr does not take).
+    terms += [f"{m} = :{name}", f"substr({m}, length({m}) - {len(value)}) = :{name}_p"]
+    for j, tail in enumerate(tails):
+        binds[f"{name}_t{j}"] = tail
+        terms.append(f"{m} = :{name}_t{j}")
+    return terms

@@ -61,7 +61,7 @@ TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", he
 FILTER_OPTIONS = (
     ("run", "--run", "Only this run: its key, a unique prefix of it, or its name. Repeatable."),
     ("task", "--task", "Only tasks matching this glob (* and ?). Repeatable."),
-    ("model", "--model", "Only this model (full name or without its provider; glob). Repeatable."),
+    ("model", "--model", "Only this model (with or without its provider; glob). Repeatable."),
     ("agent", "--agent", "Only this agent (glob). Repeatable."),
     ("label", "--label", "Only runs with this label, KEY=VALUE. Repeatable: all must hold."),
 )
