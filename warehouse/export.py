@@ -46,6 +46,7 @@ from warehouse.filters import Filters
 from warehouse.outdir import staged_output
 from warehouse.runs import labels_of
 from warehouse.selection import Pick, check_where, episode_ids_sql
+from warehouse.summaries import check_threshold
 from warehouse.texts import exact_column, from_bytes
 
 SOURCES, LOADS, RUNS, TASKS, TRIALS, EPISODES, TURNS, MESSAGES, EPISODE_LOADS, TRIAL_LOADS, CONFLICTS = (
@@ -140,6 +141,7 @@ class _Selection:
     def resolve(cls, conn: Connection, sources: Sequence[str] | None, filters: Filters, pick: Pick) -> "_Selection":
         source_ids = _match(conn, SOURCES, ("uri", "name"), sources, "source", paths=True) if sources else None
         episodes = None
+        check_threshold(pick.threshold, conn)  # outside [0, 1]: within the rewards stored
         if filters or pick:
             predicate = filters.sql(conn, run_id="s.run_id", task="s.task", model="s.model", agent="s.agent")
             sql, binds = episode_ids_sql(conn.dialect.name, pick, predicate)

@@ -32,6 +32,7 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 
 from warehouse.errors import WarehouseError
+from warehouse.summaries import check_threshold
 
 PER_TASK = ("all", "best", "shortest", "first")
 EPISODES = ("all", "last")
@@ -57,6 +58,7 @@ class Pick:
     episodes: str = "all"
 
     def __post_init__(self) -> None:
+        check_threshold(self.threshold)  # finite; its range is checked against the rewards (export)
         if self.per_task not in PER_TASK:
             raise WarehouseError(f"--per-task is one of {', '.join(PER_TASK)}, not {self.per_task!r}")
         if self.episodes not in EPISODES:

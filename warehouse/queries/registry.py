@@ -36,11 +36,11 @@ from typing import Any
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 
-from warehouse.errors import WarehouseError
+from warehouse.errors import OptionError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, readonly_session
 from warehouse.runs import resolve_run
-from warehouse.summaries import SUCCESS_THRESHOLD
+from warehouse.summaries import SUCCESS_THRESHOLD, check_threshold
 
 
 class IntList(tuple):
@@ -92,6 +92,8 @@ class Param:
         if self.type is IntList:
             return IntList.parse(value)
         value = self.type(getattr(value, "value", value))  # Enum members from the CLI
+        if self.type is float and not math.isfinite(value):
+            raise OptionError(f"{self.option} must be a finite number, not {value}")
         if self.by_label and str(value).startswith("label:"):
             if not value[len("label:"):]:
                 raise WarehouseError(f"{self.option} label:KEY needs a label key")
@@ -184,6 +186,8 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
     # The statements are all the library's own text (the values are bound), which lets the
     # session end with its statement's round trip (readonly_session, own_text).
     with readonly_session(url, timeout=timeout, own_text=True) as session:
+        if values.get("threshold", SUCCESS_THRESHOLD) != SUCCESS_THRESHOLD:
+            check_threshold(values["threshold"], session.connection)  # outside [0, 1]: the rewards' range
         for param in query.params:
             if param.names_run and values[param.name] is not None:
                 values[param.name] = resolve_run(session.connection, values[param.name]).run_key
