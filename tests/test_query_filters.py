@@ -296,3 +296,42 @@ def test_model_matches_every_form_of_hub_rows(db_url, tmp_path):
     assert _trials(db_url, "--model", "openai/kimi-k2.6") == 2  # itself and the bare one
     assert _trials(db_url, "--model", "openrouter/anthropic/kimi-k2.6") == 3  # itself, anthropic's, bare
     assert _trials(db_url, "--model", "anthropic/*") == 4  # not openai's
+
+
+# --- a filter that matches nothing -------------------------------------------------------------
+
+CALENDAR_NOTE = "note: --task 'task-calendar' matches no task (did you mean 'pinchbench/task-calendar'?)"
+
+
+def test_a_filter_that_matches_nothing_says_so_on_stderr(db_url, tmp_path):
+    import warehouse
+
+    assert cli(db_url, "ingest", PINCHBENCH).returncode == 0
+    run_key = json.loads(cli(db_url, "query", "runs", "--format", "json").stdout)[0]["run_key"]
+    for name in QUERIES:
+        positional = [run_key, run_key] if name in ("compare", "compare-test") else []
+        done = cli(db_url, "query", name, *positional, "--task", "task-calendar", "--format", "json")
+        # An empty answer is an answer: exit 0, and the note on stderr, one line.
+        assert done.returncode == 0, (name, done.stderr)
+        assert done.stderr.splitlines() == [CALENDAR_NOTE], name
+        found = cli(db_url, "query", name, *positional, "--task", "pinchbench/task-calendar", "--format", "json")
+        assert found.returncode == 0 and found.stderr == "", (name, found.stderr)
+    done = cli(db_url, "query", "runs", "--task", "*calendar", "--task", "nope*", "--model", "openai/gpt-4o",
+               "--agent", "openclaw", "--label", "step=3", "--format", "csv")
+    assert done.returncode == 0
+    assert done.stderr.splitlines() == [
+        "note: --task 'nope*' matches no task; --model 'openai/gpt-4o' matches no trial's model; "
+        "--label step=3 is on no run"]
+    # search, export and report say it alike.
+    searched = cli(db_url, "search", "calendar", "--task", "task-calendar")
+    assert searched.returncode == 0 and searched.stderr.splitlines() == [CALENDAR_NOTE]
+    exported = cli(db_url, "export", "hub", str(tmp_path / "out"), "--task", "task-calendar")
+    assert exported.returncode == 0
+    assert exported.stderr.splitlines()[0] == CALENDAR_NOTE and "wrote" in exported.stderr.splitlines()[-1]
+    reported = cli(db_url, "report", str(tmp_path / "r.html"), "--task", "task-calendar")
+    assert reported.returncode == 0
+    assert reported.stderr.splitlines()[0] == CALENDAR_NOTE, reported.stderr
+    with warehouse.open(db_url) as wh:
+        result = wh.query("pass-rate", task="task-calendar")
+        assert (result.rows, result.note) == ([], CALENDAR_NOTE.removeprefix("note: "))
+        assert wh.query("pass-rate", task="pinchbench/*").note is None

@@ -255,7 +255,7 @@ class Warehouse:
         self._ready_for_reads()
         with _errors():
             result = run_canned(self.url, canned, params, timeout=timeout, filters=filters)
-        return Result(result.columns, result.rows)
+        return Result(result.columns, result.rows, note=result.note)
 
     def sql(self, text: str, params: Mapping[str, Any] | None = None, /, *,
             timeout: float = DEFAULT_TIMEOUT, max_rows: int | None = DEFAULT_MAX_ROWS, **binds: Any) -> Result:

@@ -85,6 +85,7 @@ class ExportInfo:
     # What the export could not reproduce exactly, one line each.
     notes: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)  # what --force replaced in out_dir
+    note: str | None = None  # a filter value that matched nothing (Filters.unmatched)
     schema: pa.Schema | None = None  # the one schema of every file (None when they differ)
 
     @property
@@ -103,6 +104,7 @@ def export_hub(engine: Engine, out_dir: str | Path, filters: Filters | None = No
     info = ExportInfo(out_dir=out)
     with engine.connect() as conn:
         selection = _Selection.resolve(conn, sources, filters or Filters(), pick or Pick())
+        info.note = selection.filters.unmatched(conn)
         outputs = _plan_sources(conn, selection) if selection.source_ids else [_plan_runs(conn, selection)]
         if selection.source_ids:
             info.notes += _missing_rows(conn, selection.source_ids)

@@ -55,6 +55,8 @@ def report(
                                  timeout=timeout)
     counts = ", ".join(_count(n, what) for n, what in ((info.runs, "run"), (info.tasks, "task"),
                                                        (len(info.charts), "chart")))
+    if info.note:
+        typer.echo(f"note: {info.note}", err=True)
     typer.echo(f"wrote {out}: {counts}, {info.bytes:,} bytes", err=True)
 
 

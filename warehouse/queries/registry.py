@@ -175,7 +175,7 @@ def bind_names(sql: str) -> frozenset[str]:
 
 def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | None = None, *,
                filters: Filters | None = None, timeout: float = DEFAULT_TIMEOUT,
-               summaries: bool = True) -> ReadResult:
+               summaries: bool = True) -> CannedResult:
     """Run a canned query, read-only, narrowed by `filters`. `summaries=False` answers from the
     base tables even where the summary tables could: the definition, which the tests hold the
     summaries to."""
@@ -188,6 +188,8 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
     with readonly_session(url, timeout=timeout, own_text=True) as session:
         if values.get("threshold", SUCCESS_THRESHOLD) != SUCCESS_THRESHOLD:
             check_threshold(values["threshold"], session.connection)  # outside [0, 1]: the rewards' range
+        # A value of a filter that matches nothing: said beside the (empty) answer, which stands.
+        note = filters.unmatched(session.connection) if filters.narrows_trials or filters.labels else None
         for param in query.params:
             if param.names_run and values[param.name] is not None:
                 values[param.name] = resolve_run(session.connection, values[param.name]).run_key
@@ -202,7 +204,12 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
         if post is not None:
             columns, rows = post(columns, rows, values,
                                  lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
-    return ReadResult(columns, _rows_without_noise(rows))
+    return CannedResult(columns, _rows_without_noise(rows), note=note)
+
+
+@dataclass
+class CannedResult(ReadResult):
+    note: str | None = None  # a filter value that matched nothing (Filters.unmatched)
 
 
 def _flags_written_in(sql: str, query: CannedQuery, values: Mapping[str, Any]) -> str:
