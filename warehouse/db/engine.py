@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from warehouse.db import DEFAULT_DB, ENV_VAR  # noqa: F401  (ENV_VAR: part of this module's interface)
-from warehouse.errors import WarehouseError, first_line
+from warehouse.errors import SchemaError, WarehouseError, first_line
 
 # A second writer on SQLite waits this long for the lock instead of failing at once.
 SQLITE_BUSY_TIMEOUT_MS = 60_000
@@ -192,7 +192,7 @@ def _refuse_foreign(path: Path) -> None:
     finally:
         conn.close()
     if tables and "alembic_version" not in tables:
-        raise WarehouseError(f"{path} holds tables but no warehouse schema version: point --db at a warehouse")
+        raise SchemaError(f"{path} holds tables but no warehouse schema version: point --db at a warehouse")
 
 
 def _begin_immediate(conn) -> None:
