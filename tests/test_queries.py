@@ -366,3 +366,32 @@ def test_commands_check_the_schema_first(empty_db_url, command):
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [done.stderr.strip()]
     assert "no warehouse" in done.stderr  # SQLite: "no warehouse at PATH" (a read creates no file)
+
+
+def test_a_threshold_is_finite_and_within_0_1_or_the_rewards(url, engine):
+    import math
+
+    import warehouse
+    from sqlalchemy import text
+    from warehouse.errors import OptionError
+
+    with warehouse.open(url) as wh:
+        for bad, says in [(math.nan, "--threshold must be a finite number, not nan"),
+                          (-math.inf, "--threshold must be a finite number, not -inf"),
+                          (-5, r"--threshold must lie between 0 and 1 \(0 to 1, or further where the "
+                               r"rewards stored do\), not -5"),
+                          (1.5, "--threshold must lie between 0 and 1")]:
+            for name in ("runs", "pass-rate", "solve-matrix", "pass-at-k", "compare", "compare-test"):
+                given = {"a": "run-a", "b": "run-b"} if name.startswith("compare") else {}
+                with pytest.raises(OptionError, match=f"^{says}"):
+                    wh.query(name, threshold=bad, **given)
+        assert wh.query("runs", threshold=0).rows  # 0 and 1 are always allowed
+    # Rewards beyond [0, 1] (a score out of 40): thresholds up to the highest stored are questions.
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE trials SET reward = 40 WHERE trial_name = 'task3__a1'"))
+    done = cli(url, "query", "runs", "--threshold", "20", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert {r["run_key"]: r["pass_rate"] for r in json.loads(done.stdout)}["run-a"] == pytest.approx(1 / 11)
+    done = cli(url, "query", "runs", "--threshold", "40.5")
+    assert (done.returncode, done.stderr.splitlines()) == (1, [
+        "Error: --threshold must lie between 0 and 40 (0 to 1, or further where the rewards stored do), not 40.5"])

@@ -35,6 +35,8 @@ CASES: dict[str, tuple[Filters, Any]] = {
     "task glob ignoring case": (Filters.of(task="TASK?"), lambda t: t.task_name is not None),
     "label": (Filters.of(label="kind=x"), lambda t: t.run_key in ("run-b", "run-c")),
     "model": (Filters.of(model="m2"), lambda t: t.model == "m2"),
+    # A provider on the value, none on the stored model (Harbor's multi-step trials).
+    "model with a provider": (Filters.of(model="openrouter/M?"), lambda t: t.model is not None),
     "agent": (Filters.of(agent="OPEN*"), lambda t: t.agent == "openhands"),
     "several": (Filters.of(run=["run-a", "run-b"], task="task?", model="m1", label=["kind=y"]),
                 lambda t: t.run_key == "run-a" and t.task_name is not None and t.model == "m1"),
@@ -250,3 +252,86 @@ def test_cli_compare_takes_two_runs_by_position_or_option(whole):
     assert bad_label.returncode == 2 and "a label is key=value" in bad_label.stderr
     by_label = cli(whole, "query", "pass-rate", "--by", "label:kind", "--format", "csv")
     assert by_label.returncode == 0 and by_label.stdout.splitlines()[0].startswith("kind,trials")
+
+
+# --- --model and the forms sources write -----------------------------------------------------
+
+PINCHBENCH = "tests/fixtures/harbor/jobs/pinchbench-147-kimi2.6"
+
+
+def _trials(url: str, *args: str) -> int:
+    done = cli(url, "query", "runs", *args, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    return sum(row["trials"] for row in json.loads(done.stdout))
+
+
+def test_model_matches_a_real_jobs_single_and_multi_step_trials(db_url):
+    # The job's single-step trial stores `anthropic/kimi-k2.6` (its config's model_name); its
+    # multi-step trial `kimi-k2.6` (Harbor records the model without its provider there).
+    done = cli(db_url, "ingest", PINCHBENCH)
+    assert done.returncode == 0, done.stderr
+    assert _trials(db_url) == 2
+    for model in ("anthropic/kimi-k2.6", "kimi-k2.6", "*/kimi-k2.6", "ANTHROPIC/Kimi*", "kimi-*"):
+        assert _trials(db_url, "--model", model) == 2, model
+    # Another provider's name of the model: only the trial stored without one.
+    assert _trials(db_url, "--model", "openai/kimi-k2.6") == 1
+    assert _trials(db_url, "--model", "kimi-k2") == 0  # a value is matched whole, never as a prefix
+    rates = cli(db_url, "query", "pass-rate", "--model", "anthropic/kimi-k2.6", "--threshold", "0.4",
+                "--format", "json")
+    assert [(r["trials"], r["successes"]) for r in json.loads(rates.stdout)] == [(2, 1)]
+
+
+def test_model_matches_every_form_of_hub_rows(db_url, tmp_path):
+    from helpers import hub_row, write_shard
+
+    forms = ["anthropic/kimi-k2.6", "kimi-k2.6", "openrouter/anthropic/kimi-k2.6", "openai/kimi-k2.6",
+             "anthropic/kimi-k2.6-mini"]
+    write_shard(tmp_path / "ds" / "data" / "train-00000-of-00001.parquet",
+                [hub_row(f"t{i}__x", 0, [("user", "hi"), ("assistant", "ok")], model=model)
+                 for i, model in enumerate(forms)])
+    done = cli(db_url, "ingest", str(tmp_path / "ds"))
+    assert done.returncode == 0, done.stderr
+    assert _trials(db_url, "--model", "anthropic/kimi-k2.6") == 3  # itself, bare, under openrouter
+    assert _trials(db_url, "--model", "kimi-k2.6") == 4
+    assert _trials(db_url, "--model", "openai/kimi-k2.6") == 2  # itself and the bare one
+    assert _trials(db_url, "--model", "openrouter/anthropic/kimi-k2.6") == 3  # itself, anthropic's, bare
+    assert _trials(db_url, "--model", "anthropic/*") == 4  # not openai's
+
+
+# --- a filter that matches nothing -------------------------------------------------------------
+
+CALENDAR_NOTE = "note: --task 'task-calendar' matches no task (did you mean 'pinchbench/task-calendar'?)"
+
+
+def test_a_filter_that_matches_nothing_says_so_on_stderr(db_url, tmp_path):
+    import warehouse
+
+    assert cli(db_url, "ingest", PINCHBENCH).returncode == 0
+    run_key = json.loads(cli(db_url, "query", "runs", "--format", "json").stdout)[0]["run_key"]
+    for name in QUERIES:
+        positional = [run_key, run_key] if name in ("compare", "compare-test") else []
+        done = cli(db_url, "query", name, *positional, "--task", "task-calendar", "--format", "json")
+        # An empty answer is an answer: exit 0, and the note on stderr, one line.
+        assert done.returncode == 0, (name, done.stderr)
+        assert done.stderr.splitlines() == [CALENDAR_NOTE], name
+        found = cli(db_url, "query", name, *positional, "--task", "pinchbench/task-calendar", "--format", "json")
+        assert found.returncode == 0 and found.stderr == "", (name, found.stderr)
+    done = cli(db_url, "query", "runs", "--task", "*calendar", "--task", "nope*", "--model", "openai/gpt-4o",
+               "--agent", "openclaw", "--label", "step=3", "--format", "csv")
+    assert done.returncode == 0
+    assert done.stderr.splitlines() == [
+        "note: --task 'nope*' matches no task; --model 'openai/gpt-4o' matches no trial's model; "
+        "--label step=3 is on no run"]
+    # search, export and report say it alike.
+    searched = cli(db_url, "search", "calendar", "--task", "task-calendar")
+    assert searched.returncode == 0 and searched.stderr.splitlines() == [CALENDAR_NOTE]
+    exported = cli(db_url, "export", "hub", str(tmp_path / "out"), "--task", "task-calendar")
+    assert exported.returncode == 0
+    assert exported.stderr.splitlines()[0] == CALENDAR_NOTE and "wrote" in exported.stderr.splitlines()[-1]
+    reported = cli(db_url, "report", str(tmp_path / "r.html"), "--task", "task-calendar")
+    assert reported.returncode == 0
+    assert reported.stderr.splitlines()[0] == CALENDAR_NOTE, reported.stderr
+    with warehouse.open(db_url) as wh:
+        result = wh.query("pass-rate", task="task-calendar")
+        assert (result.rows, result.note) == ([], CALENDAR_NOTE.removeprefix("note: "))
+        assert wh.query("pass-rate", task="pinchbench/*").note is None

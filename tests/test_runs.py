@@ -17,7 +17,7 @@ from trace_trees import make_trace_tree
 from warehouse.db import schema
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
-from warehouse.runs import (label_sort_key, labels_of, parse_label, parse_labels, remove_labels,
+from warehouse.runs import (check_name, label_sort_key, labels_of, parse_label, parse_labels, remove_labels,
                             resolve_run, resolve_runs, runs_with_labels, set_labels)
 
 
@@ -244,7 +244,8 @@ def test_runs_rename_and_label_round_trip(db_url):
         ("runs", "rename", second["name"], "baseline"):
             f"Error: the name 'baseline' is taken by run {first['run_key']} (baseline)",
         ("runs", "rename", second["name"], first["run_key"]):
-            f"Error: the name '{first['run_key']}' is taken by run {first['run_key']} (baseline)",
+            f"Error: the name '{first['run_key']}' is the key of run {first['run_key']} (baseline): "
+            f"`--run {first['run_key']}` would mean that run; choose another name",
         ("runs", "rename", "nope", "x"): "Error: no run 'nope' (`warehouse runs` lists them)",
         ("runs", "label", "baseline", "step"): "Error: a label is key=value, got 'step'",
         ("runs", "label", "baseline"): "Error: give labels as KEY=VALUE, or --remove KEY",
@@ -254,6 +255,49 @@ def test_runs_rename_and_label_round_trip(db_url):
         done = cli(db_url, *args)
         assert done.returncode == 1 and done.stderr.strip().splitlines() == [line], args
     assert [(r["name"], r["labels"]) for r in _runs(db_url)] == [("baseline", "step=2"), (second["name"], "")]
+
+
+def test_a_key_prefix_comes_before_a_name_and_no_name_may_shadow_one(db_url, tmp_path):
+    # The README's order: a key, a unique prefix of a key, a name. A name that another run's key
+    # starts with would be shadowed by that prefix (or, before, silently shadow it): refused.
+    _ingest(db_url, "examples/sample")
+    first, second = _runs(db_url)
+    prefix = second["run_key"][:4]
+    refused = cli(db_url, "runs", "rename", first["run_key"][:8], prefix)
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.splitlines() == [
+        f"Error: the name '{prefix}' is a prefix of the key of run {second['run_key']} ({second['name']}): "
+        f"`--run {prefix}` would mean that run; choose another name"]
+    assert [r["name"] for r in _runs(db_url)] == [first["name"], second["name"]]  # nothing renamed
+    # A prefix of the run's own key is no other run's: allowed.
+    assert cli(db_url, "runs", "rename", first["run_key"][:8], first["run_key"][:4]).returncode == 0
+    # ingest --run NAME follows the same rule, before anything is written.
+    generate_dataset(tmp_path / "more", "tiny", runs=1, seed=5)
+    before = _json(db_url, "query", "runs")
+    refused = cli(db_url, "ingest", str(tmp_path / "more"), "--run", prefix)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.splitlines() == [
+        f"Error: the name '{prefix}' is a prefix of the key of run {second['run_key']} ({second['name']}): "
+        f"`--run {prefix}` would mean that run; choose another name"]
+    assert _json(db_url, "query", "runs") == before
+    # A warehouse named so by an older version: the prefix wins over the name, as documented.
+    from sqlalchemy import create_engine
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET name = :n WHERE run_key = :k"), {"n": prefix, "k": first["run_key"]})
+    engine.dispose()
+    assert {r["run_key"] for r in _json(db_url, "query", "runs", "--run", prefix)} == {second["run_key"]}
+
+
+def test_an_ingest_may_name_the_run_keyed_by_its_name(wh):
+    # Rows that carry no run are keyed by `--run NAME`: ingesting more of them is no shadowing.
+    with wh.connect() as conn:
+        check_name(conn, "run-a")
+        with pytest.raises(WarehouseError, match="^the name 'run-' is a prefix of the key of run run-a"):
+            check_name(conn, "run-")
+        with pytest.raises(WarehouseError, match="^the name 'run-b' is the key of run run-b"):
+            check_name(conn, "run-b", resolve_run(conn, "run-a").id)
 
 
 def test_a_dataset_card_declares_labels(db_url, tmp_path):

@@ -222,6 +222,11 @@ class Warehouse:
         labels = dict(label_pairs(label))  # a key given twice keeps its last value
         engine = self.write_engine(create=True)
         with _errors():
+            if run is not None:  # a name that would shadow another run: refused before anything is written
+                from warehouse.runs import check_name
+
+                with engine.connect() as conn:
+                    check_name(conn, str(run))
             report = ingest(engine, specs, run=run, labels=labels, keep_going=keep_going, progress=progress,
                             warn=warn or (lambda _msg: None))
         report.database = self.name
@@ -250,7 +255,7 @@ class Warehouse:
         self._ready_for_reads()
         with _errors():
             result = run_canned(self.url, canned, params, timeout=timeout, filters=filters)
-        return Result(result.columns, result.rows)
+        return Result(result.columns, result.rows, note=result.note)
 
     def sql(self, text: str, params: Mapping[str, Any] | None = None, /, *,
             timeout: float = DEFAULT_TIMEOUT, max_rows: int | None = DEFAULT_MAX_ROWS,

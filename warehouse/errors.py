@@ -5,6 +5,11 @@ class WarehouseError(Exception):
     """A runtime or data error with a message fit to show as is."""
 
 
+class OptionError(WarehouseError):
+    """An option or parameter given a value outside what it may be (a threshold that is not a
+    finite number in its range, a confidence level outside (0, 1)): one line, as other errors."""
+
+
 class SchemaError(WarehouseError):
     """The database's schema is not the one this version of the tool was built for."""
 

@@ -46,6 +46,7 @@ from warehouse.outdir import staged_output
 from warehouse.runs import labels_of
 from warehouse.readonly import check_timeout
 from warehouse.selection import DEFAULT_PICK_TIMEOUT, Pick, episodes_sql, picked_trials
+from warehouse.summaries import check_threshold
 from warehouse.texts import exact_column, from_bytes
 
 SOURCES, LOADS, RUNS, TASKS, TRIALS, EPISODES, TURNS, MESSAGES, EPISODE_LOADS, TRIAL_LOADS, CONFLICTS = (
@@ -84,6 +85,7 @@ class ExportInfo:
     # What the export could not reproduce exactly, one line each.
     notes: list[str] = field(default_factory=list)
     replaced: list[str] = field(default_factory=list)  # what --force replaced in out_dir
+    note: str | None = None  # a filter value that matched nothing (Filters.unmatched)
     schema: pa.Schema | None = None  # the one schema of every file (None when they differ)
 
     @property
@@ -106,6 +108,7 @@ def export_hub(engine: Engine, out_dir: str | Path, filters: Filters | None = No
     info = ExportInfo(out_dir=out)
     with engine.connect() as conn:
         selection = _Selection.resolve(conn, sources, filters or Filters(), pick or Pick(), timeout)
+        info.note = selection.filters.unmatched(conn)
         outputs = _plan_sources(conn, selection) if selection.source_ids else [_plan_runs(conn, selection)]
         if selection.source_ids:
             info.notes += _missing_rows(conn, selection.source_ids)
@@ -145,6 +148,7 @@ class _Selection:
                 timeout: float) -> "_Selection":
         source_ids = _match(conn, SOURCES, ("uri", "name"), sources, "source", paths=True) if sources else None
         episodes = None
+        check_threshold(pick.threshold, conn)  # outside [0, 1]: within the rewards stored
         if filters or pick:
             predicate = filters.sql(conn, run_id="s.run_id", task="s.task", model="s.model", agent="s.agent")
             # The trials are picked once, through the guarded read path (the user's --where is

@@ -7,8 +7,11 @@ Meanings (the same everywhere):
 - `labels`: `(key, value)` pairs; a run must carry every one;
 - `tasks`, `models`, `agents`: globs (`*` any text, `?` one character). Without a wildcard a
   glob is an exact, case-sensitive match; with one it matches ignoring ASCII case, on both
-  backends alike. A model matches by its full name (`anthropic/kimi-k2.6`) or by its name
-  without the provider (`kimi-k2.6`, the `model_name` column).
+  backends alike. A model matches when it is the value, or either one is the other with a
+  provider prefix in front (whole `/` segments): `--model anthropic/kimi-k2.6` matches trials
+  stored as `anthropic/kimi-k2.6` (single-step trials, Hub rows) and as `kimi-k2.6` (Harbor's
+  multi-step trials, which record the model without its provider), not `openai/kimi-k2.6`;
+  `--model kimi-k2.6` matches all three. A glob likewise (model_terms).
 Several values of one filter are alternatives (OR); different filters all apply (AND).
 """
 
@@ -17,14 +20,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from warehouse.errors import WarehouseError
 from warehouse.runs import label_pairs, resolve_runs, runs_with_labels
 
-# The model column's name without its provider prefix (warehouse.db.models.MODEL_NAME_SQL,
-# over any expression).
-_MODEL_NAME = "substr({m}, length(rtrim({m}, replace({m}, '/', ''))) + 1)"
+# How many `/` an expression holds.
+_SLASHES = "(length({m}) - length(replace({m}, '/', '')))"
 
 
 # Filters.sql's run_ids when the caller has not resolved them.
@@ -107,20 +109,11 @@ class Filters:
                 raise WarehouseError(f"this query cannot be narrowed by {option}")
             return column
 
-        def globs(kind: str, column: str, values: tuple[str, ...], *, model_names: bool = False) -> str:
-            alternatives = []
-            for i, glob in enumerate(values):
-                # Named by filter and position, so every predicate made from one Filters (a
-                # statement may need several, over different tables) binds a name to one value.
-                name = f"f_{kind}_{i}"
-                exprs = [column, _MODEL_NAME.format(m=column)] if model_names else [column]
-                if has_wildcard(glob):
-                    binds[name] = _like(glob).lower()
-                    alternatives += [f"lower({e}) LIKE :{name} ESCAPE '\\'" for e in exprs]
-                else:
-                    binds[name] = glob
-                    alternatives += [f"{e} = :{name}" for e in exprs]
-            return "(" + " OR ".join(alternatives) + ")"
+        def globs(kind: str, column: str, values: tuple[str, ...]) -> str:
+            # Named by filter and position, so every predicate made from one Filters (a
+            # statement may need several, over different tables) binds a name to one value.
+            return "(" + " OR ".join(_matching(kind, column, glob, f"f_{kind}_{i}", binds)
+                                     for i, glob in enumerate(values)) + ")"
 
         ids = self.run_ids(conn) if run_ids is _UNRESOLVED else run_ids
         if ids is not None:
@@ -132,7 +125,92 @@ class Filters:
         elif self.tasks:
             terms.append(globs("task", need(task, "--task"), self.tasks))
         if self.models:
-            terms.append(globs("model", need(model, "--model"), self.models, model_names=True))
+            terms.append(globs("model", need(model, "--model"), self.models))
         if self.agents:
             terms.append(globs("agent", need(agent, "--agent"), self.agents))
         return (" AND ".join(terms) if terms else "1=1"), binds
+
+    def unmatched(self, conn: Connection) -> str | None:
+        """One line naming each value of these filters that matches nothing in the warehouse (a
+        task glob no task's name matches, a model or agent no trial has, a label no run
+        carries), with the tasks a task value names as the end of theirs (`task-calendar`:
+        `pinchbench/task-calendar`); None when each matches something. An answer narrowed to
+        nothing is still an answer: callers show this beside it (stderr, Result.note). Runs
+        need none: an unknown one is an error (run_ids)."""
+        misses = []
+        for kind, table, column, values in (("task", "tasks tk_f", "tk_f.name", self.tasks),
+                                            ("model", "run_task_breakdown b_f", "b_f.model", self.models),
+                                            ("agent", "run_task_breakdown b_f", "b_f.agent", self.agents)):
+            for glob in values:
+                binds: dict[str, str] = {}
+                where = _matching(kind, column, glob, "u", binds)
+                if _exists(conn, f"SELECT 1 FROM {table} WHERE {where}", binds):
+                    continue
+                miss = f"--{kind} {glob!r} matches no {_WHAT[kind]}"
+                if kind == "task":
+                    binds = {}
+                    names = conn.execute(text(
+                        f"SELECT tk_f.name FROM tasks tk_f WHERE {_ends_with(column, glob, 'u', binds)} "
+                        f"ORDER BY tk_f.name LIMIT {_HINTS + 1}"), binds).scalars().all()
+                    if names:
+                        shown = " or ".join(repr(n) for n in names[:_HINTS]) + (", …" if len(names) > _HINTS else "")
+                        miss += f" (did you mean {shown}?)"
+                misses.append(miss)
+        for key, value in self.labels:
+            if not _exists(conn, "SELECT 1 FROM run_labels WHERE key = :k AND value = :v", {"k": key, "v": value}):
+                misses.append(f"--label {key}={value} is on no run")
+        return "; ".join(misses) if misses else None
+
+
+# How many tasks a "did you mean" names.
+_HINTS = 3
+_WHAT = {"task": "task", "model": "trial's model", "agent": "trial's agent"}
+
+
+def _exists(conn: Connection, sql: str, binds: dict[str, str]) -> bool:
+    return conn.execute(text(f"{sql} LIMIT 1"), binds).first() is not None
+
+
+def _matching(kind: str, column: str, glob: str, name: str, binds: dict[str, str]) -> str:
+    """The predicate by which `column` matches one value of a filter (module docstring), its
+    binds named from `name`."""
+    if kind == "model":
+        return "(" + " OR ".join(model_terms(column, glob, name, binds)) + ")"
+    if has_wildcard(glob):
+        binds[name] = _like(glob).lower()
+        return f"lower({column}) LIKE :{name} ESCAPE '\\'"
+    binds[name] = glob
+    return f"{column} = :{name}"
+
+
+def _ends_with(m: str, value: str, name: str, binds: dict[str, str]) -> str:
+    """`m` is `PREFIX/value` (whole `/` segments before the value; a glob as globs match)."""
+    if has_wildcard(value):
+        binds[f"{name}_p"] = "%/" + _like(value).lower()
+        return f"lower({m}) LIKE :{name}_p ESCAPE '\\'"
+    binds[f"{name}_p"] = "/" + value
+    # The last len(value) + 1 characters (substr's start is 1-based; a shorter `m` gives a shorter
+    # text on both backends, never equal), written in: an integer the statement may not bind (on
+    # PostgreSQL a bound int is a bigint, which substr does not take).
+    return f"substr({m}, length({m}) - {len(value)}) = :{name}_p"
+
+
+def model_terms(m: str, value: str, name: str, binds: dict[str, str]) -> list[str]:
+    """The alternatives (OR) by which the model expression `m` matches `value` (module
+    docstring), binding what they need under names starting with `name`:
+    - `m` is the value;
+    - `m` is `PROVIDER/value` (it ends with `/value`);
+    - the value is `PROVIDER/m`: `m` is one of the value's tails after a `/`, with as many `/`
+      in it as that tail has (so the glob `anthropic/*` does not take `openai/gpt-4o` for a tail).
+    Exact values compare exactly (no LIKE, which ignores case on SQLite), globs as other globs."""
+    tails = [value[i + 1:] for i, char in enumerate(value) if char == "/" and value[i + 1:]]
+    terms = [_matching("", m, value, name, binds), _ends_with(m, value, name, binds)]
+    for j, tail in enumerate(tails):
+        if not has_wildcard(value):
+            binds[f"{name}_t{j}"] = tail
+            terms.append(f"{m} = :{name}_t{j}")
+            continue
+        # A glob's tail, as a glob (ignoring case), where `*` could take in more `/` than it has.
+        binds[f"{name}_t{j}"] = _like(tail).lower()
+        terms.append(f"(lower({m}) LIKE :{name}_t{j} ESCAPE '\\' AND {_SLASHES.format(m=m)} = {tail.count('/')})")
+    return terms

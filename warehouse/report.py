@@ -60,6 +60,7 @@ class ReportInfo:
     tasks: int
     charts: tuple[str, ...]  # the ids of the charts drawn (none for an empty warehouse)
     bytes: int
+    note: str | None = None  # a filter value that matched nothing (Filters.unmatched)
 
 
 def require_plotly() -> None:
@@ -87,7 +88,8 @@ def write_report(engine: Engine, out: Path, *, filters: Filters = Filters(), by:
     page, charts = render(data, source=redact(engine.url), narrowed=_describe(filters, by))
     _write_atomically(out, page, force)
     tasks = len({row[0] for row in data.solve_matrix.rows})
-    return ReportInfo(out, len(data.runs.rows), tasks, charts, len(page.encode("utf-8")))
+    return ReportInfo(out, len(data.runs.rows), tasks, charts, len(page.encode("utf-8")),
+                      getattr(data.runs, "note", None))
 
 
 # --- reading -----------------------------------------------------------------------------------

@@ -5,10 +5,12 @@ under), by a unique prefix of that key (`5de746de`, as `git` and `gh` take a com
 `name` (the job folder, the dataset). The one rule, used wherever a run is asked for:
 
 1. a key that matches exactly;
-2. else a name that matches exactly, if one run has it;
-3. else a key that starts with the spec, if one run's does.
+2. else a key that starts with the spec, if one run's does;
+3. else a name that matches exactly, if one run has it.
 
-Anything else is one line: no such run, or the candidates an ambiguous spec could mean.
+Anything else is one line: no such run, or the candidates an ambiguous spec could mean. So that
+a name never silently means another run, no run may be named what another run's key starts
+with (check_name: `runs rename`, `ingest --run`).
 
 Labels are `key=value` text on a run (table `run_labels`, one value per key per run).
 """
@@ -37,6 +39,10 @@ class RunRef:
         return self.run_key if not self.name or self.name == self.run_key else f"{self.run_key} ({self.name})"
 
 
+# A key that starts with :s (substr, not LIKE: case-sensitive on both backends, no wildcards).
+_KEY_STARTS_WITH = "substr(run_key, 1, length(:s)) = :s"
+
+
 def _refs(conn: Connection, where: str, binds: Mapping[str, object]) -> list[RunRef]:
     rows = conn.execute(text(f"SELECT id, run_key, name FROM runs WHERE {where} ORDER BY run_key"), binds)
     return [RunRef(*row) for row in rows]
@@ -50,15 +56,17 @@ def resolve_run(conn: Connection, spec: str) -> RunRef:
     exact = _refs(conn, "run_key = :s", {"s": spec})
     if exact:
         return exact[0]
-    # Case-sensitive on both backends (LIKE is not on SQLite), and no wildcard characters.
-    for where in ("name = :s", "substr(run_key, 1, length(:s)) = :s"):
-        found = _refs(conn, where, {"s": spec})
-        if len(found) == 1:
-            return found[0]
-        if found:
-            shown = ", ".join(str(ref) for ref in found[:_CANDIDATES_SHOWN])
-            more = f", … ({len(found)} in all)" if len(found) > _CANDIDATES_SHOWN else ""
-            raise WarehouseError(f"run {spec!r} is ambiguous: it could be {shown}{more}")
+    prefixed = _refs(conn, _KEY_STARTS_WITH, {"s": spec})
+    if len(prefixed) == 1:
+        return prefixed[0]
+    named = _refs(conn, "name = :s", {"s": spec})
+    if len(named) == 1:
+        return named[0]
+    found = list(dict.fromkeys(prefixed + named))
+    if found:
+        shown = ", ".join(str(ref) for ref in found[:_CANDIDATES_SHOWN])
+        more = f", … ({len(found)} in all)" if len(found) > _CANDIDATES_SHOWN else ""
+        raise WarehouseError(f"run {spec!r} is ambiguous: it could be {shown}{more}")
     raise WarehouseError(f"no run {spec!r} (`warehouse runs` lists them)")
 
 
@@ -77,14 +85,29 @@ def source_run_name(name: str, run_key: str, n_runs: int) -> str:
     return name if n_runs == 1 or run_key == name else f"{name}-{run_key[:8]}"
 
 
-def rename_run(conn: Connection, ref: RunRef, name: str) -> None:
-    """`warehouse runs rename`: a name no other run has as its name or key (either would make
-    one of them unreachable by it)."""
+def check_name(conn: Connection, name: str, run_id: int | None = None) -> None:
+    """Refuse `name` for a run (run_id: that run; None: runs an ingest is about to name) when
+    it would make another run unreachable by its name or shadow one: another run's name, a key
+    another run's starts with (that key, or a prefix of it, which resolve_run tries first)."""
     if not name.strip():
         raise WarehouseError("a run name cannot be empty")
-    taken = _refs(conn, "(name = :s OR run_key = :s) AND id <> :id", {"s": name, "id": ref.id})
-    if taken:
-        raise WarehouseError(f"the name {name!r} is taken by run {taken[0]}")
+    others = {"s": name, "id": -1 if run_id is None else run_id}
+    keyed = _refs(conn, f"{_KEY_STARTS_WITH} AND id <> :id", others)
+    if run_id is None:  # an ingest's own run may be keyed by the name (rows that carry no run)
+        keyed = [ref for ref in keyed if ref.run_key != name]
+    if keyed:
+        what = "the key of" if keyed[0].run_key == name else "a prefix of the key of"
+        raise WarehouseError(f"the name {name!r} is {what} run {keyed[0]}: `--run {name}` would mean "
+                             f"that run; choose another name")
+    if run_id is not None:
+        taken = _refs(conn, "name = :s AND id <> :id", others)
+        if taken:
+            raise WarehouseError(f"the name {name!r} is taken by run {taken[0]}")
+
+
+def rename_run(conn: Connection, ref: RunRef, name: str) -> None:
+    """`warehouse runs rename`: a name check_name allows."""
+    check_name(conn, name, ref.id)
     conn.execute(text("UPDATE runs SET name = :n WHERE id = :id"), {"n": name, "id": ref.id})
 
 

@@ -37,6 +37,7 @@ from warehouse.db.engine import resolve_url
 from warehouse.db.session import write_transaction
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
+from warehouse.filters import Filters, has_wildcard
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, readonly_session, run_readonly
 from warehouse.runs import resolve_run
 from warehouse.texts import split_text
@@ -100,9 +101,14 @@ def search(url: URL | str, text: str, *, run: str | None = None, task: str | Non
         note = (f"{index.unindexed} message{plural} arrived after the last `warehouse index build` "
                 "and were searched without the index; run it again to index them")
 
-    if run is not None:  # a key, a unique prefix, a name; an unknown one is an error, not no hits
+    if run is not None or task is not None:
         with readonly_session(url, timeout=timeout) as session:
-            run = resolve_run(session.connection, run).run_key
+            if run is not None:  # a key, a unique prefix, a name; an unknown one is an error, not no hits
+                run = resolve_run(session.connection, run).run_key
+            # A task no task is named (--task is a name here, not a glob): said beside the hits.
+            missing = None if task is None or has_wildcard(task) else Filters.of(task=task).unmatched(
+                session.connection)
+            note = "; ".join(filter(None, (note, missing))) or None
     params = {"pattern": "%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%", "needle": folded,
               "run": run, "task": task, "role": role,
               "limit": limit + 1,  # one more than shown, to know whether there are more

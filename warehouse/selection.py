@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import URL
 
 from warehouse.errors import WarehouseError
+from warehouse.summaries import check_threshold
 
 if TYPE_CHECKING:
     from warehouse.readonly import ReadSession
@@ -66,6 +67,7 @@ class Pick:
     episodes: str = "all"
 
     def __post_init__(self) -> None:
+        check_threshold(self.threshold)  # finite; its range is checked against the rewards (export)
         if self.per_task not in PER_TASK:
             raise WarehouseError(f"--per-task is one of {', '.join(PER_TASK)}, not {self.per_task!r}")
         if self.episodes not in EPISODES:

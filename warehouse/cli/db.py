@@ -26,6 +26,14 @@ app = typer.Typer(no_args_is_help=True, help="""Create, upgrade and check the wa
 root.add_typer(app, name="db")
 
 
+def _ours(st) -> str | None:
+    """The database's schema revision; a database holding tables but none is refused."""
+    current = schema.current_revision(st.engine)
+    if current is None and not schema.is_empty(st.engine):
+        raise SchemaError(f"{redact(st.url)} holds tables but no warehouse schema version: refusing to touch it")
+    return current
+
+
 @app.command()
 def upgrade(ctx: typer.Context, revision: str = typer.Argument("head")) -> None:
     """Bring the schema up to REVISION (default: the newest), creating a missing SQLite file.
@@ -37,9 +45,7 @@ def upgrade(ctx: typer.Context, revision: str = typer.Argument("head")) -> None:
       warehouse --db new.db db upgrade
     """
     st = state(ctx)
-    before = schema.current_revision(st.engine)
-    if before is None and not schema.is_empty(st.engine):
-        raise SchemaError(f"{redact(st.url)} holds tables but no warehouse schema version: refusing to touch it")
+    before = _ours(st)
     schema.upgrade(st.engine, revision)
     after = schema.current_revision(st.engine)
     msg = "already at" if before == after else f"upgraded {before or 'empty'} ->"
@@ -68,6 +74,7 @@ def downgrade(
     """
     st = state(ctx)
     where = redact(st.url)
+    _ours(st)  # a database of another program's tables: Alembic would add its version table
     losses = schema.downgrade_losses(st.engine, revision)
     if losses and not yes:
         what = f"downgrading {where} to {revision} would delete {losses}"

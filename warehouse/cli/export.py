@@ -104,6 +104,8 @@ def hub(
     pick = Pick(solved=solved, threshold=threshold, where=where, per_task=per_task.value, episodes=episodes.value)
     info = export_hub(engine, out, filters, sources=source, pick=pick, command=_command_line(), force=force,
                       timeout=timeout)
+    if info.note:
+        typer.echo(f"note: {info.note}", err=True)
     for note in info.notes:
         typer.echo(f"warning: {note}", err=True)
     _say_replaced(out, info.replaced)

@@ -12,7 +12,7 @@ import typer
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
-from warehouse.errors import WarehouseError
+from warehouse.errors import OptionError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param
 from warehouse.readonly import DEFAULT_TIMEOUT
@@ -61,7 +61,7 @@ TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", he
 FILTER_OPTIONS = (
     ("run", "--run", "Only this run: its key, a unique prefix of it, or its name. Repeatable."),
     ("task", "--task", "Only tasks matching this glob (* and ?). Repeatable."),
-    ("model", "--model", "Only this model (full name or without its provider; glob). Repeatable."),
+    ("model", "--model", "Only this model (with or without its provider; glob). Repeatable."),
     ("agent", "--agent", "Only this agent (glob). Repeatable."),
     ("label", "--label", "Only runs with this label, KEY=VALUE. Repeatable: all must hold."),
 )
@@ -134,11 +134,15 @@ def _register(query: CannedQuery) -> None:
         try:
             query.values(values)  # a value the option's type lets through but the query refuses
             filters = Filters.of(**narrowed)
+        except OptionError:
+            raise  # a value outside its range: one line, as --confidence's and --timeout's
         except WarehouseError as exc:
             raise typer.BadParameter(str(exc)) from None
         wh = state(ctx).warehouse
         result = wh.query(query.name, timeout=timeout, **narrowed, **values)
         write_rows(result.columns, result.rows, format, wide=wide)
+        if result.note:
+            echo_err(f"note: {result.note}")
         if query.footnote is not None and format is Format.table:
             # On stderr, so that it reaches the reader however stdout is redirected.
             echo_err(query.footnote(wh.url, values, filters, timeout))

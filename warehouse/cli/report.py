@@ -21,7 +21,7 @@ def report(
     task: Annotated[Optional[list[str]], typer.Option(
         "--task", help="Only tasks matching this glob (*, ?); repeatable.")] = None,
     model: Annotated[Optional[list[str]], typer.Option(
-        "--model", help="Only this model (full name or without its provider; glob); repeatable.")] = None,
+        "--model", help="Only this model (with or without its provider; glob); repeatable.")] = None,
     agent: Annotated[Optional[list[str]], typer.Option(
         "--agent", help="Only this agent (glob); repeatable.")] = None,
     label: Annotated[Optional[list[str]], typer.Option(
@@ -55,6 +55,8 @@ def report(
                                  timeout=timeout)
     counts = ", ".join(_count(n, what) for n, what in ((info.runs, "run"), (info.tasks, "task"),
                                                        (len(info.charts), "chart")))
+    if info.note:
+        typer.echo(f"note: {info.note}", err=True)
     typer.echo(f"wrote {out}: {counts}, {info.bytes:,} bytes", err=True)
 
 

@@ -70,7 +70,7 @@ def _write(ctx: typer.Context):
 def rename(
     ctx: typer.Context,
     run: Annotated[str, typer.Argument(help="The run: its key, a unique prefix of it, or its name.")],
-    name: Annotated[str, typer.Argument(help="Its new name (no other run's name or key).")],
+    name: Annotated[str, typer.Argument(help="Its new name: no other run's name, nor what another run's key starts with.")],
 ) -> None:
     """Give a run a new name (a later ingest keeps it, unless given --run).
 

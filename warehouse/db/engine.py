@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from warehouse.db import DEFAULT_DB, ENV_VAR  # noqa: F401  (ENV_VAR: part of this module's interface)
-from warehouse.errors import WarehouseError, first_line
+from warehouse.errors import SchemaError, WarehouseError, first_line
 
 # A second writer on SQLite waits this long for the lock instead of failing at once.
 SQLITE_BUSY_TIMEOUT_MS = 60_000
@@ -122,6 +122,8 @@ def _sqlite_engine(url: URL, for_migrations: bool) -> Engine:
     path = sqlite_path(url)
     if path is not None and not path.parent.exists():
         raise WarehouseError(f"{path.parent}: directory does not exist")
+    if path is not None:
+        _refuse_foreign(path)
     # The driver's own transaction handling issues BEGIN lazily and only before DML, which
     # breaks read consistency and savepoints; take control and emit BEGIN ourselves.
     engine = create_engine(url, connect_args={"isolation_level": None, "check_same_thread": False})
@@ -164,6 +166,33 @@ def _sqlite_engine(url: URL, for_migrations: bool) -> Engine:
             conn.exec_driver_sql("BEGIN DEFERRED")
 
     return engine
+
+
+def _refuse_foreign(path: Path) -> None:
+    """Before a writer's first connection, which switches the file to WAL (a change to its
+    header, and a -wal and -shm beside it): refuse, changing nothing, a file that is not this
+    user's to write (the file or its folder, where SQLite writes its journal) or that is not a
+    warehouse (another program's SQLite database: tables, but no schema version). A missing or
+    empty file is made a warehouse; a warehouse's schema is checked later (schema.ensure_current).
+    It is read as a reader reads it (sqlite_read_connection), which leaves it as it was."""
+    try:
+        if path.stat().st_size == 0:
+            return
+    except FileNotFoundError:
+        return
+    for what, where in (("it", path), ("in its folder", path.parent)):
+        if not os.access(where, os.W_OK):
+            raise WarehouseError(f"{path}: this user may not write {what}: a warehouse to write must be "
+                                 f"yours (copy it to a folder you can write, or ask its owner)")
+    conn = sqlite_read_connection(path)  # "is not a SQLite database" for anything else
+    try:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise _unreadable(path, exc) from None
+    finally:
+        conn.close()
+    if tables and "alembic_version" not in tables:
+        raise SchemaError(f"{path} holds tables but no warehouse schema version: point --db at a warehouse")
 
 
 def _begin_immediate(conn) -> None:

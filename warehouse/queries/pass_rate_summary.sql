@@ -2,7 +2,8 @@
 -- per run, agent and raw model first (in the order of the covering index
 -- ix_run_task_breakdown_groups; grouping by the generated model_name here would read every row),
 -- then into the groups asked for, a model by its name without a provider prefix (the expression
--- of warehouse.db.models.MODEL_NAME_SQL).
+-- of warehouse.db.models.MODEL_NAME_SQL). The counts are cast: PostgreSQL sums g's bigints as
+-- numeric, which would reach the answer as floats (928.0).
 WITH g AS (
     SELECT b.run_id, b.agent, b.model,
            sum(b.n_trials) AS trials,
@@ -19,11 +20,11 @@ SELECT
          WHEN :by = 'agent' THEN g.agent
          WHEN substr(:by, 1, 6) = 'label:' THEN l.value
          ELSE r.run_key END AS grp,
-    sum(g.trials) AS trials,
-    sum(g.successes) AS successes,
+    CAST(sum(g.trials) AS BIGINT) AS trials,
+    CAST(sum(g.successes) AS BIGINT) AS successes,
     CAST(sum(g.successes) AS DOUBLE PRECISION) / sum(g.trials) AS pass_rate,
     sum(g.reward_sum) / NULLIF(sum(g.rewards), 0) AS mean_reward,
-    sum(g.errors) AS errors
+    CAST(sum(g.errors) AS BIGINT) AS errors
 FROM g
 JOIN runs r ON r.id = g.run_id
 LEFT JOIN run_labels l ON l.run_id = g.run_id AND l.key = substr(:by, 7)

@@ -36,11 +36,11 @@ from typing import Any
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 
-from warehouse.errors import WarehouseError
+from warehouse.errors import OptionError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, readonly_session
 from warehouse.runs import resolve_run
-from warehouse.summaries import SUCCESS_THRESHOLD
+from warehouse.summaries import SUCCESS_THRESHOLD, check_threshold
 
 
 class IntList(tuple):
@@ -92,6 +92,8 @@ class Param:
         if self.type is IntList:
             return IntList.parse(value)
         value = self.type(getattr(value, "value", value))  # Enum members from the CLI
+        if self.type is float and not math.isfinite(value):
+            raise OptionError(f"{self.option} must be a finite number, not {value}")
         if self.by_label and str(value).startswith("label:"):
             if not value[len("label:"):]:
                 raise WarehouseError(f"{self.option} label:KEY needs a label key")
@@ -173,7 +175,7 @@ def bind_names(sql: str) -> frozenset[str]:
 
 def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | None = None, *,
                filters: Filters | None = None, timeout: float = DEFAULT_TIMEOUT,
-               summaries: bool = True) -> ReadResult:
+               summaries: bool = True) -> CannedResult:
     """Run a canned query, read-only, narrowed by `filters`. `summaries=False` answers from the
     base tables even where the summary tables could: the definition, which the tests hold the
     summaries to."""
@@ -184,6 +186,10 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
     # The statements are all the library's own text (the values are bound), which lets the
     # session end with its statement's round trip (readonly_session, own_text).
     with readonly_session(url, timeout=timeout, own_text=True) as session:
+        if values.get("threshold", SUCCESS_THRESHOLD) != SUCCESS_THRESHOLD:
+            check_threshold(values["threshold"], session.connection)  # outside [0, 1]: the rewards' range
+        # A value of a filter that matches nothing: said beside the (empty) answer, which stands.
+        note = filters.unmatched(session.connection) if filters.narrows_trials or filters.labels else None
         for param in query.params:
             if param.names_run and values[param.name] is not None:
                 values[param.name] = resolve_run(session.connection, values[param.name]).run_key
@@ -198,7 +204,12 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
         if post is not None:
             columns, rows = post(columns, rows, values,
                                  lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
-    return ReadResult(columns, _rows_without_noise(rows))
+    return CannedResult(columns, _rows_without_noise(rows), note=note)
+
+
+@dataclass
+class CannedResult(ReadResult):
+    note: str | None = None  # a filter value that matched nothing (Filters.unmatched)
 
 
 def _flags_written_in(sql: str, query: CannedQuery, values: Mapping[str, Any]) -> str:
@@ -233,14 +244,18 @@ def _without_noise(value: Any) -> Any:
 
 
 # run_task_outcomes' rows from run_task_breakdown's, which hold agent and model: exact for any
-# subset of agents and models, since the outcomes are the breakdown summed over them.
-_OUTCOMES_FROM_BREAKDOWN = """(SELECT b.run_id, b.task_id, sum(b.n_trials) AS n_trials,
-        sum(b.n_complete) AS n_complete, sum(b.n_incomplete) AS n_incomplete,
-        sum(b.n_successes) AS n_successes, sum(b.n_rewards) AS n_rewards, sum(b.reward_sum) AS reward_sum,
-        sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END) AS n_errors,
+# subset of agents and models, since the outcomes are the breakdown summed over them. Each count
+# cast to the table's INTEGER: PostgreSQL sums integers as bigint, and a sum of those as numeric,
+# which reached the answer as a float (928.0) where SQLite and the table itself give ints.
+_OUTCOMES_FROM_BREAKDOWN = """(SELECT b.run_id, b.task_id, CAST(sum(b.n_trials) AS INTEGER) AS n_trials,
+        CAST(sum(b.n_complete) AS INTEGER) AS n_complete, CAST(sum(b.n_incomplete) AS INTEGER) AS n_incomplete,
+        CAST(sum(b.n_successes) AS INTEGER) AS n_successes, CAST(sum(b.n_rewards) AS INTEGER) AS n_rewards,
+        sum(b.reward_sum) AS reward_sum,
+        CAST(sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END) AS INTEGER) AS n_errors,
         min(b.first_started) AS first_started, max(b.last_started) AS last_started,
-        sum(b.n_with_trajectory) AS n_with_trajectory, sum(b.n_with_input_tokens) AS n_with_input_tokens,
-        sum(b.n_with_output_tokens) AS n_with_output_tokens
+        CAST(sum(b.n_with_trajectory) AS INTEGER) AS n_with_trajectory,
+        CAST(sum(b.n_with_input_tokens) AS INTEGER) AS n_with_input_tokens,
+        CAST(sum(b.n_with_output_tokens) AS INTEGER) AS n_with_output_tokens
     FROM run_task_breakdown b WHERE {predicate} GROUP BY b.run_id, b.task_id)"""
 
 
