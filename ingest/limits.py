@@ -29,14 +29,17 @@ class Limit:
         return value
 
 
-# The bytes of one file the reader reads whole (JSON, verifier output, exception.txt): parsed,
-# JSON takes up to about 20 times its size in memory (an empty object is 3 bytes of text and 64
-# of Python), so 32 MiB stays under the bound whatever the file holds.
-FILE_BYTES = Limit("WAREHOUSE_MAX_FILE_BYTES", 32 << 20)
+# The bytes of one file the reader reads whole (JSON, verifier output, exception.txt), and of
+# all the files one trial is read from together (its own, its job's, a job result.json above
+# it). These are what bound a trial's memory: JSON read, kept and written takes up to about 70
+# times its size ({"":{}} is 7 bytes of text, 248 of Python objects, and as many again on its way
+# to the database): 12 MiB of it measured 0.9 GB, the worst input known.
+FILE_BYTES = Limit("WAREHOUSE_MAX_FILE_BYTES", 12 << 20)
+TRIAL_BYTES = Limit("WAREHOUSE_MAX_TRIAL_BYTES", 12 << 20)
 # A trial's result.json is read as a stream that skips its token ids and chat log (RL rollouts
-# reach hundreds of MB that way): on disk it may be this many times FILE_BYTES, and what is left
-# of it must be within FILE_BYTES.
-RESULT_FILE_FACTOR = 32
+# reach hundreds of MB that way): on disk it may be this many times FILE_BYTES; what is left of
+# it counts against FILE_BYTES and TRIAL_BYTES.
+RESULT_FILE_FACTOR = 64
 # Steps of one trajectory (a file, or one embedded in it): each becomes a turn or two, built
 # before the episodes are.
 STEPS = Limit("WAREHOUSE_MAX_STEPS", 100_000)
@@ -44,7 +47,7 @@ STEPS = Limit("WAREHOUSE_MAX_STEPS", 100_000)
 # of n agent steps makes about n² rows (1,000 steps with observations: 1,001,000).
 TURN_ROWS = Limit("WAREHOUSE_MAX_TURN_ROWS", 2_000_000)
 
-ALL = (FILE_BYTES, STEPS, TURN_ROWS)
+ALL = (FILE_BYTES, TRIAL_BYTES, STEPS, TURN_ROWS)
 
 
 def check() -> None:

@@ -72,18 +72,25 @@ MAX_JSON_DEPTH = 500
 
 
 def _too_deep(value: Any) -> bool:
-    """Whether containers nest more than MAX_JSON_DEPTH deep: a walk one level at a time, so
-    its own depth is nothing."""
-    level = [value]
-    for _ in range(MAX_JSON_DEPTH):
-        inner: list[Any] = []
-        for item in level:
-            children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-            inner += [c for c in children if isinstance(c, (dict, list))]
-        if not inner:
-            return False
-        level = inner
-    return True
+    """Whether containers nest more than MAX_JSON_DEPTH deep (the top level is level 1): a walk
+    with a stack of its own, so its depth costs no frames, and its memory is the depth's, not
+    the breadth's (a list of ten million objects is not copied)."""
+    stack = [iter((value,))]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, dict):
+                children = item.values()
+            elif isinstance(item, list):
+                children = item
+            else:
+                continue
+            if len(stack) > MAX_JSON_DEPTH:
+                return True
+            stack.append(iter(children))
+            break
+        else:
+            stack.pop()
+    return False
 
 
 _DEPTH_TOKEN_RE = re.compile(r'[\[\]{}",]')
@@ -174,6 +181,30 @@ def _outside(path: Path, real: str, tree: tuple[Path, str]) -> TraceError:
     return TraceError(path, f"symbolic link to {real}, outside {tree[1]} ({tree[0]}): not read")
 
 
+_BUDGET: ContextVar[list[int] | None] = ContextVar("trace_budget", default=None)
+
+
+@contextmanager
+def one_trial() -> Iterator[None]:
+    """The files read in this block (a trial's, its job's) hold WAREHOUSE_MAX_TRIAL_BYTES
+    together at most: what is read of them stays in memory until the trial is written."""
+    token = _BUDGET.set([limits.TRIAL_BYTES.get()])
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def _spend(path: Path, n: int) -> None:
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    budget[0] -= n
+    if budget[0] < 0:
+        raise TraceError(path, f"{n:,} bytes, which take the files of its trial past the "
+                               f"{limits.TRIAL_BYTES.get():,} they may hold together (WAREHOUSE_MAX_TRIAL_BYTES)")
+
+
 def _limit_error(path: Path, size: int, limit: int, setting: str = "WAREHOUSE_MAX_FILE_BYTES") -> TraceError:
     return TraceError(path, f"{size:,} bytes, more than the {limit:,} a trace file may have ({setting})")
 
@@ -213,6 +244,13 @@ def open_file(path: Path, limit: int | None = None, setting: str = "WAREHOUSE_MA
     return fd, st.st_size
 
 
+def open_result(path: Path) -> tuple[int, int]:
+    """open_file for a trial's result.json, which is read as a stream (load_result_json) and
+    may be RESULT_FILE_FACTOR times bigger on disk."""
+    return open_file(path, limits.FILE_BYTES.get() * limits.RESULT_FILE_FACTOR,
+                     f"{limits.RESULT_FILE_FACTOR} × WAREHOUSE_MAX_FILE_BYTES for a trial's result.json")
+
+
 def _is_within(real: str, folder: Path) -> bool:
     return real == str(folder) or real.startswith(str(folder).rstrip("/") + "/")
 
@@ -229,6 +267,7 @@ def _read_bytes(path: Path) -> bytes:
     still being written cannot take the read past the limit."""
     fd, size = open_file(path)
     with os.fdopen(fd, "rb") as fh:
+        _spend(path, size)
         try:
             return fh.read(size)
         except OSError as exc:
@@ -289,7 +328,7 @@ class _LRU:
             self.items.popitem(last=False)
 
 
-_SMALL_CACHE = _LRU(8)  # job-level result.json, read once per trial by the §4.5 lookup
+_SMALL_CACHE = _LRU(4)  # job-level result.json, read once per trial by the §4.5 lookup
 RESULT_CACHE = _LRU(4)  # filtered trial result.json text (run_key_for, then read_trial)
 
 
@@ -299,6 +338,9 @@ def _stat_key(path: Path) -> tuple[str, int, int] | None:
     except OSError:
         return None
     return (str(path), st.st_mtime_ns, st.st_size)
+
+
+CACHED_BYTES = 1 << 20
 
 
 def load_json_cached(path: Path) -> Any:
@@ -311,7 +353,8 @@ def load_json_cached(path: Path) -> Any:
     if hit is not None:
         return hit[0]
     value = load_json(path)
-    _SMALL_CACHE.put(key, (value,))
+    if key[2] <= CACHED_BYTES:  # a bigger one is read again: the cache is no way past the limits
+        _SMALL_CACHE.put(key, (value,))
     return value
 
 
@@ -518,16 +561,15 @@ def load_result_json(path: Path) -> tuple[Any, dict[str, dict[str, int]]]:
     if hit is not None:
         text, dropped = hit
     else:
-        limit = limits.FILE_BYTES.get()
-        fd, size = open_file(path, limit * limits.RESULT_FILE_FACTOR,
-                             f"{limits.RESULT_FILE_FACTOR} × WAREHOUSE_MAX_FILE_BYTES for a trial's result.json")
+        fd, size = open_result(path)
         try:
             with os.fdopen(fd, "rb") as fh:
-                filt = _LargeFieldFilter(fh, path, size, limit)
+                filt = _LargeFieldFilter(fh, path, size, limits.FILE_BYTES.get())
                 data = filt.run()
         except OSError as exc:
             raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
         text, dropped = _decode_utf8(path, data), filt.dropped
+    _spend(path, len(text))
     note = " (counted with the large fields removed)" if dropped else ""
     value = _parse_json(path, text, note)
     if key is not None and hit is None:

@@ -41,7 +41,9 @@ from ingest.trace_files import (
     load_json,
     load_json_cached,
     load_result_json,
+    one_trial,
     open_file,
+    open_result,
     read_text,
     top_level_error,
 )
@@ -55,6 +57,7 @@ __all__ = [
     "read_job",
     "read_trial",
     "load_result_json",
+    "one_trial",
     "primary_reward",
     "reader_files",
 ]
@@ -126,7 +129,7 @@ _HEAD_JOB_RE = re.compile(rb'"(?:n_total_trials|stats)"\s*:')
 def _result_shape(path: Path) -> tuple[str, str | None]:
     """("trial" | "job" | "unknown" | "error", error message) of a result.json, cheaply."""
     try:
-        fd, size = open_file(path, limits.FILE_BYTES.get() * limits.RESULT_FILE_FACTOR)
+        fd, size = open_result(path)
     except TraceError as exc:
         return "error", exc.message
     if size <= SMALL_JSON_BYTES:
@@ -364,15 +367,12 @@ def hash_trial_dir(path: os.PathLike[str] | str) -> str:
     outside the directory decides the exported `result` string, harbor-formats.md §4.5)."""
     path = Path(path)
     h = hashlib.sha256()
-    limit = limits.FILE_BYTES.get()
     for rel in reader_files(path):
         full = path / rel
         # Opened as the reader will (inside the trial folder, within its size limit), so a file
         # it would refuse is refused before a byte of it is hashed.
         with inside(path, TRIAL_FOLDER):
-            fd, _ = (open_file(full, limit * limits.RESULT_FILE_FACTOR,
-                               f"{limits.RESULT_FILE_FACTOR} × WAREHOUSE_MAX_FILE_BYTES for a trial's result.json")
-                     if rel == "result.json" else open_file(full, limit))
+            fd, _ = open_result(full) if rel == "result.json" else open_file(full)
         try:
             with os.fdopen(fd, "rb") as fh:
                 size = os.fstat(fh.fileno()).st_size
@@ -847,7 +847,12 @@ def _load_trajectory(path: Path, rel: str) -> TrajectoryFile:
         raise TraceError(path, top_level_error(data) + " (an ATIF trajectory)")
     if "steps" in data and not isinstance(data["steps"], list):
         raise TraceError(path, f"field 'steps': expected a list, got {type(data['steps']).__name__}")
-    return TrajectoryFile(relpath=rel, data=data)
+    file = TrajectoryFile(relpath=rel, data=data)
+    try:  # here, before anything walks the steps (rendering checks the embedded trajectories)
+        RenderContext(max_steps=limits.STEPS.get()).check_steps(file, data.get("steps") or [])
+    except atif.TooLarge as exc:
+        raise TraceError(path, exc.message) from None
+    return file
 
 
 def _read_chain(base: _Base, notes: dict[str, list[Any]]) -> list[TrajectoryFile]:
