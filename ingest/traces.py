@@ -361,21 +361,16 @@ def reader_files(path: os.PathLike[str] | str) -> list[str]:
     return sorted(set(files))
 
 
-def hash_trial_dir(path: os.PathLike[str] | str) -> str:
-    """sha256 (hex) over the sorted relative paths, sizes and contents of the files the reader
-    uses, read in chunks, plus the job-level `result` lookup for this trial (a job result.json
-    outside the directory decides the exported `result` string, harbor-formats.md §4.5)."""
-    path = Path(path)
+def _hash_files(path: Path) -> Any:
+    """A sha256 object over the files the reader uses (see hash_trial_dir)."""
     h = hashlib.sha256()
     for rel in reader_files(path):
         full = path / rel
         # Opened as the reader will (inside the trial folder, within its size limit), so a file
         # it would refuse is refused before a byte of it is hashed.
-        with inside(path, TRIAL_FOLDER):
-            fd, _ = open_result(full) if rel == "result.json" else open_file(full)
+        fd, size = open_result(full) if rel == "result.json" else open_file(full)
         try:
             with os.fdopen(fd, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
                 h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
                 h.update(str(size).encode() + b"\0")
                 while chunk := fh.read(CHUNK):
@@ -383,7 +378,16 @@ def hash_trial_dir(path: os.PathLike[str] | str) -> str:
         except OSError as exc:
             raise TraceError(full, f"cannot read: {exc.strerror or exc}") from None
         h.update(b"\0")
+    return h
+
+
+def hash_trial_dir(path: os.PathLike[str] | str) -> str:
+    """sha256 (hex) over the sorted relative paths, sizes and contents of the files the reader
+    uses, read in chunks, plus the job-level `result` lookup for this trial (a job result.json
+    outside the directory decides the exported `result` string, harbor-formats.md §4.5)."""
+    path = Path(path)
     with inside(path, TRIAL_FOLDER):
+        h = _hash_files(path)
         cfg = _small_json_or_none(path / "config.json")
     trial_name = path.name
     if isinstance(cfg, dict) and isinstance(cfg.get("trial_name"), str):
