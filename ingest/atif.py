@@ -260,13 +260,42 @@ class TrajectoryFile:
     data: dict[str, Any]
 
 
+class TooLarge(Exception):
+    """A trajectory past a bound of RenderContext: `relpath` is its file (with a `#...` suffix
+    for one embedded in it), `message` says which bound."""
+
+    def __init__(self, relpath: str, message: str) -> None:
+        self.relpath = relpath
+        self.message = message
+        super().__init__(f"{relpath}: {message}")
+
+
 @dataclass
 class RenderContext:
-    """Run-level values Harbor puts on every row (used for Episode.extra)."""
+    """Run-level values Harbor puts on every row (used for Episode.extra), and the bounds on
+    what one trial's trajectories may make (None: unbounded)."""
 
     agent: str | None = None  # Harbor's run agent: config.agent.name -> agent_info.name
     model: str | None = None  # agent_info.model_info.name -> config.agent.model_name
     embed_tools: bool = True
+    max_steps: int | None = None  # steps of one trajectory
+    max_turn_rows: int | None = None  # turn rows of all the trial's episodes
+    turn_rows: int = 0  # made so far
+
+    def check_steps(self, file: TrajectoryFile, steps: list[dict[str, Any]]) -> None:
+        """Before a trajectory's steps become turns."""
+        if self.max_steps is not None and len(steps) > self.max_steps:
+            raise TooLarge(file.relpath, f"{len(steps):,} steps, more than the {self.max_steps:,} a trajectory "
+                                         f"may have (WAREHOUSE_MAX_STEPS)")
+
+    def spend(self, file: TrajectoryFile, n_turns: int) -> None:
+        """Before an episode of n_turns is made: every episode holds the conversation up to its
+        step, so the rows grow with the square of the steps, and are counted as they come."""
+        self.turn_rows += n_turns
+        if self.max_turn_rows is not None and self.turn_rows > self.max_turn_rows:
+            raise TooLarge(file.relpath, f"the trial's episodes would hold more than {self.max_turn_rows:,} turn "
+                                         f"rows (WAREHOUSE_MAX_TURN_ROWS; each episode holds the conversation up "
+                                         f"to its step, so n steps make about n² rows)")
 
 
 def _episode_extra(file: TrajectoryFile, ctx: RenderContext, *, subagent: bool) -> dict[str, Any]:
@@ -298,6 +327,7 @@ def render_main_episodes(
     offset = 0
     for file in files:
         steps = _steps(file.data)
+        ctx.check_steps(file, steps)
         step_turns = _build_step_turns(steps, tool_definitions(file.data), ctx.embed_tools)
         prefix: list[Turn] = []
         count = 0
@@ -311,6 +341,7 @@ def render_main_episodes(
                 extra = _episode_extra(file, ctx, subagent=False)
                 if multimodal:
                     extra["multimodal"] = True
+                ctx.spend(file, len(prefix))
                 episodes.append(
                     Episode(
                         episode_index=offset + count,
@@ -344,6 +375,7 @@ def render_subagent_episode(
     steps = _steps(file.data)
     if not steps:
         return None
+    ctx.check_steps(file, steps)
     turns: list[Turn] = []
     for st in _build_step_turns(steps, None, embed_tools=False):
         if st.main is not None:
@@ -352,6 +384,7 @@ def render_subagent_episode(
             turns.append(st.observation)
     if not any(t.role == "assistant" for t in turns):
         return None
+    ctx.spend(file, len(turns))
     extra = _episode_extra(file, ctx, subagent=True)
     if any(t.extra and t.extra.get("multimodal") for t in turns):
         extra["multimodal"] = True

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from ingest import trace_pipeline, traces, writer
+from ingest import limits, trace_pipeline, traces, writer
 from ingest.prepare import Batch
 from ingest.report import (IngestStopped, Progress, Summary, fail, is_database_error, is_fatal, one_unit,
                            relative_unit)
-from ingest.sources import Source, card_labels, resolve
+from ingest.sources import Source, resolve
 from ingest.worker import Reader, WorkerDied
 from warehouse.db import statistics
 from warehouse.errors import WarehouseError, first_line, interruption
@@ -48,6 +48,7 @@ def ingest(
     source's rows belong to is then named `run` (replacing its name), else, where it has none,
     the dataset's name; and given `labels`, replacing their keys' values, and the labels its
     dataset card declares, where it has none for the key (writer.name_source_runs)."""
+    limits.check()  # a mistyped limit fails the ingest before anything is read
     progress = progress or Progress()
     summary = Summary()
     started = time.perf_counter()
@@ -73,7 +74,7 @@ def ingest(
                         default_name = source.name
                     if source_id is not None:
                         writer.name_source_runs(engine, source_id, run or default_name, rename=run is not None,
-                                                labels=labels, source_labels=card_labels(source.card))
+                                                labels=labels, source_labels=source.labels)
                 except IngestStopped:  # a full disk, a lost connection: reported by one_unit
                     break
                 except Exception as exc:  # the same between units (the ledger asked, a source recorded)

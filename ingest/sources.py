@@ -24,9 +24,18 @@ class Source:
     revision: str | None = None
     shards: list[Path] = field(default_factory=list)
     card: dict | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # the run labels its card declares
 
 
 def resolve(spec: str) -> Source:
+    """The source a spec names, its card read: a card that cannot be (nested too deeply) fails
+    the source here, before any unit of it is written."""
+    source = _resolve(spec)
+    source.labels = card_labels(source.card, source.root / "README.md")
+    return source
+
+
+def _resolve(spec: str) -> Source:
     path = Path(spec).expanduser()
     if path.exists():
         return _local(path.resolve())
@@ -68,30 +77,44 @@ def _dataset_name(folder: Path) -> str:
     return folder.name
 
 
+CARD_CHARS = 65536  # of a dataset card kept, and read (at most 4 bytes of UTF-8 each)
+
+
 def _card(folder: Path) -> dict | None:
     readme = folder / "README.md"
     if not readme.is_file():
         return None
-    return {"readme": readme.read_text(encoding="utf-8", errors="replace")[:65536]}
+    try:
+        with readme.open("rb") as fh:
+            head = fh.read(4 * CARD_CHARS)
+    except OSError as exc:
+        raise WarehouseError(f"{readme}: cannot read: {exc.strerror or exc}") from None
+    return {"readme": head.decode("utf-8", errors="replace")[:CARD_CHARS]}
 
 
 # The dataset card's YAML front matter: `---` lines around it, at the very top.
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*$", re.DOTALL | re.MULTILINE)
 CARD_LABEL_KEYS = ("warehouse_labels", "labels")
+# YAML front matter nested deeper than this fails its source: PyYAML builds nodes recursively (a
+# few frames a level), and would end the whole ingest in a RecursionError near 300 levels.
+MAX_CARD_DEPTH = 100
 
 
-def card_labels(card: dict | None) -> dict[str, str]:
+def card_labels(card: dict | None, where: Path | str = "README.md") -> dict[str, str]:
     """Run labels a dataset card declares: a `warehouse_labels:` (or `labels:`) mapping in its
     YAML front matter, scalar values as text (`step: 13` is "13"). Hub cards carry no
     standard field for a checkpoint or sweep, so nothing else is guessed at; a card whose front
-    matter does not parse declares none (it is documentation, not data)."""
+    matter does not parse declares none (it is documentation, not data). Front matter nested
+    more than MAX_CARD_DEPTH deep is a WarehouseError naming the card (`where`)."""
     match = _FRONT_MATTER.match((card or {}).get("readme") or "")
     if not match:
         return {}
     import yaml  # only needed for a card
 
     try:
-        meta = yaml.safe_load(match.group(1))
+        meta = yaml.load(match.group(1), Loader=_card_loader())
+    except _TooDeep:
+        raise WarehouseError(f"{where}: YAML front matter nested more than {MAX_CARD_DEPTH} levels deep") from None
     except yaml.YAMLError:
         return {}
     for key in CARD_LABEL_KEYS:
@@ -100,6 +123,30 @@ def card_labels(card: dict | None) -> dict[str, str]:
             return {str(k): _label_text(v) for k, v in found.items()
                     if isinstance(v, (str, int, float, bool)) and str(k).strip()}
     return {}
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _card_loader() -> type:
+    """yaml.SafeLoader that counts how deep the node it composes is, and stops past MAX_CARD_DEPTH
+    (its other stages, the parser's and the constructor's, keep stacks of their own)."""
+    import yaml
+
+    class CardLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent, index):
+            self.depth += 1
+            try:
+                if self.depth > MAX_CARD_DEPTH:
+                    raise _TooDeep
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    return CardLoader
 
 
 def _label_text(value: str | int | float | bool) -> str:

@@ -1,7 +1,8 @@
-"""The files of a trace directory, read safely: bytes of regular files only (a FIFO would hang
-the ingest), text as strict UTF-8, JSON with one-line errors naming the file, small caches for
-files read twice, and a streaming filter that reads huge RL result.json files without loading
-their token ids and chat logs."""
+"""The files of a trace directory, read safely: regular files inside the tree being read only
+(a symbolic link leading out of it is refused; a FIFO would hang the ingest), each within a size
+limit checked before it is read, text as strict UTF-8, JSON with one-line errors naming the file,
+small caches for files read twice, and a streaming filter that reads huge RL result.json files
+without loading their token ids and chat logs."""
 
 from __future__ import annotations
 
@@ -11,8 +12,13 @@ import os
 import re
 import stat
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, BinaryIO
+
+from ingest import limits
 
 CHUNK = 1024 * 1024
 
@@ -66,18 +72,25 @@ MAX_JSON_DEPTH = 500
 
 
 def _too_deep(value: Any) -> bool:
-    """Whether containers nest more than MAX_JSON_DEPTH deep: a walk one level at a time, so
-    its own depth is nothing."""
-    level = [value]
-    for _ in range(MAX_JSON_DEPTH):
-        inner: list[Any] = []
-        for item in level:
-            children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-            inner += [c for c in children if isinstance(c, (dict, list))]
-        if not inner:
-            return False
-        level = inner
-    return True
+    """Whether containers nest more than MAX_JSON_DEPTH deep (the top level is level 1): a walk
+    with a stack of its own, so its depth costs no frames, and its memory is the depth's, not
+    the breadth's (a list of ten million objects is not copied)."""
+    stack = [iter((value,))]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, dict):
+                children = item.values()
+            elif isinstance(item, list):
+                children = item
+            else:
+                continue
+            if len(stack) > MAX_JSON_DEPTH:
+                return True
+            stack.append(iter(children))
+            break
+        else:
+            stack.pop()
+    return False
 
 
 _DEPTH_TOKEN_RE = re.compile(r'[\[\]{}",]')
@@ -139,20 +152,124 @@ def top_level_error(value: Any) -> str:
     return f"top level: expected a JSON object, got {type(value).__name__}"
 
 
-def _read_bytes(path: Path) -> bytes:
-    """A regular file's bytes. Anything else under the name (a directory, a FIFO, a socket) is
-    refused: reading a FIFO would block the ingest forever. O_NONBLOCK makes opening a FIFO
-    return at once; it changes nothing for a regular file."""
+# ---- where a file may lead, and how big it may be ------------------------------------------
+#
+# A trial's files are read inside its folder: a symbolic link (the file's own, or a folder's on
+# the way to it) is followed only when what it leads to is inside that folder too; one leading
+# anywhere else (/etc/shadow, a sibling trial) is refused, naming the link. Elsewhere (a job's
+# files, a job result.json looked up above a trial) the folder a file is looked up in is its tree.
+
+_TREE: ContextVar[tuple[Path, str] | None] = ContextVar("trace_tree", default=None)
+
+
+@contextmanager
+def inside(folder: os.PathLike[str] | str, what: str) -> Iterator[None]:
+    """Files read in this block must lead to somewhere inside `folder` (`what` names it in a
+    refusal: "the trial folder")."""
+    token = _TREE.set((Path(os.path.realpath(folder)), what))
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        yield
+    finally:
+        _TREE.reset(token)
+
+
+def _tree_of(path: Path) -> tuple[Path, str]:
+    return _TREE.get() or (Path(os.path.realpath(path.parent)), "its folder")
+
+
+def _outside(path: Path, real: str, tree: tuple[Path, str]) -> TraceError:
+    return TraceError(path, f"symbolic link to {real}, outside {tree[1]} ({tree[0]}): not read")
+
+
+_BUDGET: ContextVar[list[int] | None] = ContextVar("trace_budget", default=None)
+
+
+@contextmanager
+def one_trial() -> Iterator[None]:
+    """The files read in this block (a trial's, its job's) hold WAREHOUSE_MAX_TRIAL_BYTES
+    together at most: what is read of them stays in memory until the trial is written."""
+    token = _BUDGET.set([limits.TRIAL_BYTES.get()])
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def _spend(path: Path, n: int) -> None:
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    budget[0] -= n
+    if budget[0] < 0:
+        raise TraceError(path, f"{n:,} bytes, which take the files of its trial past the "
+                               f"{limits.TRIAL_BYTES.get():,} they may hold together (WAREHOUSE_MAX_TRIAL_BYTES)")
+
+
+def _limit_error(path: Path, size: int, limit: int, setting: str = "WAREHOUSE_MAX_FILE_BYTES") -> TraceError:
+    return TraceError(path, f"{size:,} bytes, more than the {limit:,} a trace file may have ({setting})")
+
+
+def open_file(path: Path, limit: int | None = None, setting: str = "WAREHOUSE_MAX_FILE_BYTES") -> tuple[int, int]:
+    """(descriptor, size) of a regular file inside the tree being read, no bigger than `limit`
+    (default: WAREHOUSE_MAX_FILE_BYTES), checked before a byte is read; TraceError naming the
+    file otherwise. The path is resolved first and checked to stay inside; the file is then
+    opened with O_NOFOLLOW (its last part cannot have become a link since), and where the kernel
+    says what was opened (/proc/self/fd), that is checked too, so a folder swapped for a link in
+    between is caught. O_NONBLOCK makes opening a FIFO return at once (reading it would block
+    the ingest forever); it changes nothing for a regular file."""
+    path = Path(path)
+    tree = _tree_of(path)
+    real = os.path.realpath(path)
+    if not _is_within(real, tree[0]):
+        raise _outside(path, real, tree)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+        reason = "symbolic link loop" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+        raise TraceError(path, f"cannot read: {reason}") from None
+    try:
+        opened = _opened_path(fd)
+        if opened is not None and opened != real:
+            raise _outside(path, opened, tree) if not _is_within(opened, tree[0]) else TraceError(
+                path, "cannot read: changed while being opened")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TraceError(path, f"cannot read: not a regular file ({_file_kind(st.st_mode)})")
+        limit = limits.FILE_BYTES.get() if limit is None else limit
+        if st.st_size > limit:
+            raise _limit_error(path, st.st_size, limit, setting)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+def open_result(path: Path) -> tuple[int, int]:
+    """open_file for a trial's result.json, which is read as a stream (load_result_json) and
+    may be RESULT_FILE_FACTOR times bigger on disk."""
+    return open_file(path, limits.FILE_BYTES.get() * limits.RESULT_FILE_FACTOR,
+                     f"{limits.RESULT_FILE_FACTOR} × WAREHOUSE_MAX_FILE_BYTES for a trial's result.json")
+
+
+def _is_within(real: str, folder: Path) -> bool:
+    return real == str(folder) or real.startswith(str(folder).rstrip("/") + "/")
+
+
+def _opened_path(fd: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc (not Linux): the check before opening stands alone
+        return None
+
+
+def _read_bytes(path: Path) -> bytes:
+    """A regular file's bytes (see open_file): as many as it had when it was opened, so one
+    still being written cannot take the read past the limit."""
+    fd, size = open_file(path)
     with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise TraceError(path, f"cannot read: not a regular file ({_file_kind(mode)})")
+        _spend(path, size)
         try:
-            return fh.read()
+            return fh.read(size)
         except OSError as exc:
             raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
 
@@ -211,7 +328,7 @@ class _LRU:
             self.items.popitem(last=False)
 
 
-_SMALL_CACHE = _LRU(8)  # job-level result.json, read once per trial by the §4.5 lookup
+_SMALL_CACHE = _LRU(4)  # job-level result.json, read once per trial by the §4.5 lookup
 RESULT_CACHE = _LRU(4)  # filtered trial result.json text (run_key_for, then read_trial)
 
 
@@ -221,6 +338,9 @@ def _stat_key(path: Path) -> tuple[str, int, int] | None:
     except OSError:
         return None
     return (str(path), st.st_mtime_ns, st.st_size)
+
+
+CACHED_BYTES = 1 << 20
 
 
 def load_json_cached(path: Path) -> Any:
@@ -233,7 +353,8 @@ def load_json_cached(path: Path) -> Any:
     if hit is not None:
         return hit[0]
     value = load_json(path)
-    _SMALL_CACHE.put(key, (value,))
+    if key[2] <= CACHED_BYTES:  # a bigger one is read again: the cache is no way past the limits
+        _SMALL_CACHE.put(key, (value,))
     return value
 
 
@@ -272,9 +393,11 @@ _QUOTE, _LBRACE, _RBRACE, _LBRACKET, _RBRACKET, _COLON = b'"{}[]:'
 
 
 class _LargeFieldFilter:
-    def __init__(self, fh: BinaryIO, path: Path) -> None:
+    def __init__(self, fh: BinaryIO, path: Path, size: int, limit: int) -> None:
         self.fh = fh
         self.path = path
+        self.size = size  # of the file, for a refusal
+        self.limit = limit  # on what it holds at once: the bytes kept, and those not yet scanned
         self.buf = b""
         self.pos = 0  # everything before pos is already copied to out (or deliberately skipped)
         self.base = 0  # file offset of buf[0]
@@ -285,6 +408,10 @@ class _LargeFieldFilter:
     def _more(self, want: int = 0) -> bool:
         if self.eof:
             return False
+        if len(self.out) + len(self.buf) - self.pos > self.limit:
+            raise TraceError(self.path, f"{self.size:,} bytes, of which more than {self.limit:,} are kept (or are "
+                                        f"one string) once token ids and chat logs are skipped "
+                                        f"(WAREHOUSE_MAX_FILE_BYTES)")
         data = self.fh.read(max(want, CHUNK))
         if not data:
             self.eof = True
@@ -434,13 +561,15 @@ def load_result_json(path: Path) -> tuple[Any, dict[str, dict[str, int]]]:
     if hit is not None:
         text, dropped = hit
     else:
+        fd, size = open_result(path)
         try:
-            with open(path, "rb") as fh:
-                filt = _LargeFieldFilter(fh, path)
+            with os.fdopen(fd, "rb") as fh:
+                filt = _LargeFieldFilter(fh, path, size, limits.FILE_BYTES.get())
                 data = filt.run()
         except OSError as exc:
             raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
         text, dropped = _decode_utf8(path, data), filt.dropped
+    _spend(path, len(text))
     note = " (counted with the large fields removed)" if dropped else ""
     value = _parse_json(path, text, note)
     if key is not None and hit is None:

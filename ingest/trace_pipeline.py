@@ -46,10 +46,11 @@ def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit
             summary.units_skipped += 1
             return
         run_key = traces.run_key_for(unit, run)
-        trial = traces.read_trial(unit, run_key)
-        job = None
-        if unit.job_dir is not None and unit.job_dir not in jobs_seen:
-            job = traces.read_job(unit.job_dir, run)
+        with traces.one_trial():  # what is read from here on is held until the trial is written
+            trial = traces.read_trial(unit, run_key)
+            job = None
+            if unit.job_dir is not None and unit.job_dir not in jobs_seen:
+                job = traces.read_job(unit.job_dir, run)
         with writer.unit(engine, source_id, unit_name, content_hash) as w:
             if job is not None:
                 w.add_runs([job])

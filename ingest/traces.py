@@ -30,16 +30,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ingest import atif
+from ingest import atif, limits
 from ingest.atif import RenderContext, TrajectoryFile
 from ingest.records import Episode, Run, Trial
 from ingest.trace_files import (
     CHUNK,
     TraceError,
+    inside,
     is_present,
     load_json,
     load_json_cached,
     load_result_json,
+    one_trial,
+    open_file,
+    open_result,
     read_text,
     top_level_error,
 )
@@ -53,16 +57,16 @@ __all__ = [
     "read_job",
     "read_trial",
     "load_result_json",
+    "one_trial",
     "primary_reward",
     "reader_files",
 ]
 
 # result.json files up to this size are parsed outright when discovering (to check their
-# shape) and when looking for a job-level result.json; bigger ones are only peeked at.
+# shape); bigger ones are only peeked at.
 SMALL_JSON_BYTES = 1024 * 1024
-# A job-level result.json bigger than this is never parsed by the §4.5 lookup.
-MAX_JOB_RESULT_BYTES = 256 * 1024 * 1024
 _HEAD_BYTES = 64 * 1024
+TRIAL_FOLDER = "the trial folder"  # what a trial's files must not lead out of
 
 _REDACTED = "<redacted>"
 
@@ -125,10 +129,11 @@ _HEAD_JOB_RE = re.compile(rb'"(?:n_total_trials|stats)"\s*:')
 def _result_shape(path: Path) -> tuple[str, str | None]:
     """("trial" | "job" | "unknown" | "error", error message) of a result.json, cheaply."""
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        return "error", f"cannot read result.json: {exc.strerror or exc}"
+        fd, size = open_result(path)
+    except TraceError as exc:
+        return "error", exc.message
     if size <= SMALL_JSON_BYTES:
+        os.close(fd)
         try:
             data = load_json(path)
         except TraceError as exc:
@@ -142,7 +147,7 @@ def _result_shape(path: Path) -> tuple[str, str | None]:
     # first (TrialResult: id, task_name, trial_name, ...; JobResult: id, started_at, ...,
     # n_total_trials, stats), so the head of the file settles it.
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(fd, "rb") as fh:
             head = fh.read(_HEAD_BYTES)
     except OSError as exc:
         return "error", f"cannot read result.json: {exc.strerror or exc}"
@@ -356,17 +361,16 @@ def reader_files(path: os.PathLike[str] | str) -> list[str]:
     return sorted(set(files))
 
 
-def hash_trial_dir(path: os.PathLike[str] | str) -> str:
-    """sha256 (hex) over the sorted relative paths, sizes and contents of the files the reader
-    uses, read in chunks, plus the job-level `result` lookup for this trial (a job result.json
-    outside the directory decides the exported `result` string, harbor-formats.md §4.5)."""
-    path = Path(path)
+def _hash_files(path: Path) -> Any:
+    """A sha256 object over the files the reader uses (see hash_trial_dir)."""
     h = hashlib.sha256()
     for rel in reader_files(path):
         full = path / rel
+        # Opened as the reader will (inside the trial folder, within its size limit), so a file
+        # it would refuse is refused before a byte of it is hashed.
+        fd, size = open_result(full) if rel == "result.json" else open_file(full)
         try:
-            with open(full, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
+            with os.fdopen(fd, "rb") as fh:
                 h.update(rel.encode("utf-8", "surrogateescape") + b"\0")
                 h.update(str(size).encode() + b"\0")
                 while chunk := fh.read(CHUNK):
@@ -374,7 +378,17 @@ def hash_trial_dir(path: os.PathLike[str] | str) -> str:
         except OSError as exc:
             raise TraceError(full, f"cannot read: {exc.strerror or exc}") from None
         h.update(b"\0")
-    cfg = _small_json_or_none(path / "config.json")
+    return h
+
+
+def hash_trial_dir(path: os.PathLike[str] | str) -> str:
+    """sha256 (hex) over the sorted relative paths, sizes and contents of the files the reader
+    uses, read in chunks, plus the job-level `result` lookup for this trial (a job result.json
+    outside the directory decides the exported `result` string, harbor-formats.md §4.5)."""
+    path = Path(path)
+    with inside(path, TRIAL_FOLDER):
+        h = _hash_files(path)
+        cfg = _small_json_or_none(path / "config.json")
     trial_name = path.name
     if isinstance(cfg, dict) and isinstance(cfg.get("trial_name"), str):
         trial_name = cfg["trial_name"]
@@ -409,7 +423,8 @@ def run_key_for(unit: TraceUnit, run_override: str | None = None) -> str:
     `id`), else `run_override`, else the job directory's name, else the name of the folder
     holding the trial (for an RL `trace_jobs/` folder, the folder above it)."""
     if unit.kind == "trial":
-        job_id = _job_id_of_trial(Path(unit.path))
+        with inside(unit.path, TRIAL_FOLDER):
+            job_id = _job_id_of_trial(Path(unit.path))
         if job_id:
             return job_id
     if run_override:
@@ -459,6 +474,11 @@ def read_job(job_dir: os.PathLike[str] | str, run_override: str | None = None) -
     there. The run key matches `run_key_for`: the job UUID, else run_override, else the
     directory name."""
     job_dir = Path(job_dir)
+    with inside(job_dir, "the job folder"):
+        return _read_job(job_dir, run_override)
+
+
+def _read_job(job_dir: Path, run_override: str | None) -> Run | None:
     config_path, result_path = job_dir / "config.json", job_dir / "result.json"
     config = load_json(config_path) if config_path.is_file() else None
     result = load_json(result_path) if result_path.is_file() else None
@@ -606,15 +626,14 @@ def _job_level_result(trial_dir: Path, trial_name: str) -> tuple[str, str] | Non
     cur = Path(os.path.abspath(trial_dir)).parent
     for _ in range(6):
         candidate = cur / "result.json"
-        try:
-            size = candidate.stat().st_size if candidate.is_file() else None
-        except OSError:
-            size = None
-        if size is not None and size <= MAX_JOB_RESULT_BYTES:
+        if candidate.is_file():
             try:
-                data = load_json_cached(candidate)
+                with inside(cur, "its folder"):
+                    data = load_json_cached(candidate)
             except TraceError:
-                data = None  # Harbor treats unreadable JSON as absent
+                # Harbor treats unreadable JSON as absent; so is one too big, or a link leading
+                # out of its folder (this may be far above the source, in no job the user named).
+                data = None
             if isinstance(data, dict) and "stats" in data:
                 evals = _d(_d(data.get("stats")).get("evals"))
                 # Harbor iterates the evals as stored: the nested pre-2025-10-28 form never
@@ -832,7 +851,12 @@ def _load_trajectory(path: Path, rel: str) -> TrajectoryFile:
         raise TraceError(path, top_level_error(data) + " (an ATIF trajectory)")
     if "steps" in data and not isinstance(data["steps"], list):
         raise TraceError(path, f"field 'steps': expected a list, got {type(data['steps']).__name__}")
-    return TrajectoryFile(relpath=rel, data=data)
+    file = TrajectoryFile(relpath=rel, data=data)
+    try:  # here, before anything walks the steps (rendering checks the embedded trajectories)
+        RenderContext(max_steps=limits.STEPS.get()).check_steps(file, data.get("steps") or [])
+    except atif.TooLarge as exc:
+        raise TraceError(path, exc.message) from None
+    return file
 
 
 def _read_chain(base: _Base, notes: dict[str, list[Any]]) -> list[TrajectoryFile]:
@@ -1086,7 +1110,11 @@ def read_trial(unit: TraceUnit, run_key: str) -> Trial:
     """Read one trial directory into a `records.Trial` with all its episodes."""
     if unit.kind != "trial":
         raise TraceError(unit.path, f"not a trial directory ({unit.reason or unit.kind})")
-    d = Path(unit.path)
+    with inside(unit.path, TRIAL_FOLDER):
+        return _read_trial(Path(unit.path), run_key)
+
+
+def _read_trial(d: Path, run_key: str) -> Trial:
     warnings: list[str] = []
     notes: dict[str, list[Any]] = {}
     detail: dict[str, Any] = {}
@@ -1131,9 +1159,15 @@ def read_trial(unit: TraceUnit, run_key: str) -> Trial:
     ctx = RenderContext(
         agent=agent_cfg.get("name") or agent_info.get("name"),
         model=model_info.get("name") or agent_cfg.get("model_name"),
+        max_steps=limits.STEPS.get(),
+        max_turn_rows=limits.TURN_ROWS.get(),
     )
     collector = _Episodes(ctx, notes)
-    per_base = {base.rel: collector.read_base(base) for base in bases}
+    try:
+        per_base = {base.rel: collector.read_base(base) for base in bases}
+    except atif.TooLarge as exc:  # refused before its episodes are made: no input runs the reader out of memory
+        file, _, embedded = exc.relpath.partition("#")
+        raise TraceError(d / file, f"{embedded + ': ' if embedded else ''}{exc.message}") from None
     episodes = collector.episodes
     for row, episode in enumerate(episodes):
         episode.row_number = row

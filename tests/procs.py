@@ -4,6 +4,7 @@ many units a running ingest has committed."""
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import subprocess
@@ -113,3 +114,42 @@ class LoadCounter:
     def close(self) -> None:
         if self._pg is not None:
             self._pg.close()
+
+
+# Runs a command and writes its peak resident memory (KB) to the descriptor its first argument
+# names. A child's ru_maxrss starts at its parent's resident size when it was forked (Linux keeps
+# the high-water mark across exec), so the command is forked from this small process rather than
+# from the test worker, whose own size would be all the test saw.
+_PEAK_OF = """
+import os, signal, sys
+report, command = int(sys.argv[1]), sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.close(report)
+    os.execv(command[0], command)
+_, status, usage = os.wait4(pid, 0)
+os.write(report, str(usage.ru_maxrss).encode())
+code = os.waitstatus_to_exitcode(status)
+if code < 0:
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
+def run_with_peak(args: list[str], **run) -> tuple[subprocess.CompletedProcess, int]:
+    """subprocess.run(args, capture_output=True, text=True, **run) and the command's own peak
+    resident memory in KB, read as it is reaped."""
+    peak_r, peak_w = os.pipe()
+    try:
+        done = subprocess.run([sys.executable, "-c", _PEAK_OF, str(peak_w), *args], capture_output=True, text=True,
+                              pass_fds=(peak_w,), **run)
+        os.close(peak_w)
+        peak_w = -1
+        peak = os.read(peak_r, 64)
+    finally:
+        if peak_w >= 0:
+            os.close(peak_w)
+        os.close(peak_r)
+    done.args = args
+    return done, int(peak or 0)

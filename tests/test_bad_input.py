@@ -32,7 +32,7 @@ import pytest
 from sqlalchemy import text
 
 from helpers import CONVERSATIONS, conversation_of, hub_row, write_shard
-from procs import CLI, units
+from procs import CLI, run_with_peak, units
 from warehouse.texts import join_text
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -59,6 +59,7 @@ class Case:
     file: str | None = None  # the path the error names (default: the case's shard or trial)
     check: Callable | None = None  # valid cases: the exact contents
     unreadable: bool = False  # needs permissions enforced (see DROP_DAC)
+    env: dict[str, str] | None = None  # settings the ingest runs with (ingest.limits)
 
 
 # --- Parquet cases ------------------------------------------------------------------------
@@ -166,6 +167,30 @@ def _struct_with_a_repeated_field(p: Path) -> None:
     pq.write_table(table.append_column("twice", twice), p)
 
 
+def _nested_struct(depth: int) -> tuple[pa.DataType, dict]:
+    arrow_type, value = pa.int64(), 1
+    for _ in range(depth):
+        arrow_type, value = pa.struct([("a", arrow_type)]), {"a": value}
+    return arrow_type, value
+
+
+def _deep_struct_column(depth: int) -> Callable[[Path], None]:
+    """An extra column of structs nested `depth` deep (a struct is one Parquet level)."""
+    def build(p: Path) -> None:
+        arrow_type, value = _nested_struct(depth)
+        _shard(p, [dict(r, deep=value) for r in _rows()], [pa.field("deep", arrow_type)])
+    return build
+
+
+def _check_deep_struct(depth: int) -> Callable:
+    def check(engine, src: Path) -> None:
+        with engine.connect() as conn:
+            extras = [json.loads(x) if isinstance(x, str) else x for (x,) in conn.execute(text(
+                "SELECT e.extra FROM episodes e JOIN trials t ON t.id = e.trial_id WHERE t.trial_name LIKE 'case%'"))]
+        assert len(extras) == 3 and all(x["deep"] == _nested_struct(depth)[1] for x in extras)
+    return check
+
+
 def _unreadable_shard(p: Path) -> None:
     _shard(p)
     p.chmod(0)
@@ -270,6 +295,9 @@ PARQUET_CASES = [
          ("not a readable Parquet file", "schema too deeply nested")),
     Case("pq-struct-repeated-field", "parquet", "unit", _struct_with_a_repeated_field,
          ("column 'twice' has two struct fields named 'a'",)),
+    Case("pq-struct-nested-99", "parquet", "unit", _deep_struct_column(99),
+         ("not a readable Parquet file", "schema too deeply nested")),
+    Case("pq-struct-nested-90", "parquet", "valid", _deep_struct_column(90), check=_check_deep_struct(90)),
     Case("pq-unreadable", "parquet", "unit", _unreadable_shard, ("cannot read", "Permission denied"), unreadable=True),
     Case("row-null-conversations", "parquet", "row", lambda p: _shard(p, _rows(bad={"conversations": None})),
          ("row 1", "conversations is null")),
@@ -460,6 +488,92 @@ def _check_nan(engine, src: Path, case_id: str) -> None:
     assert {"logprob": "NaN", "entropy": "Infinity", "delta": "-Infinity"} in metrics, metrics
 
 
+# --- what a trial may read: inside its folder, within the limits (ingest.limits) ---------------
+
+SECRET = "root:$6$not-for-the-warehouse:19000:0:99999:7:::\n"
+
+
+def _link_out(rel: str) -> Callable[[Path], None]:
+    """The base trial with `rel` a symbolic link to a file outside the job (as /etc/shadow)."""
+    def build(trial: Path) -> None:
+        shutil.copytree(CORPUS / "base-trial", trial)
+        secret = trial.parent.parent / "outside" / "shadow"
+        secret.parent.mkdir(exist_ok=True)
+        secret.write_text(SECRET)
+        (trial / rel).unlink(missing_ok=True)
+        (trial / rel).symlink_to(secret)
+    return build
+
+
+def _link_to_sibling(trial: Path) -> None:
+    """result.json a relative link into the sibling trial: inside the job, outside the trial."""
+    shutil.copytree(CORPUS / "base-trial", trial)
+    (trial / "result.json").unlink()
+    (trial / "result.json").symlink_to(Path("..") / SIBLING_TRIAL / "result.json")
+
+
+def _agent_dir_out(trial: Path) -> None:
+    """agent/ a link to a folder outside the job holding a trajectory."""
+    shutil.copytree(CORPUS / "base-trial", trial)
+    outside = trial.parent.parent / "outside-agent"
+    shutil.move(trial / "agent", outside)
+    (trial / "agent").symlink_to(outside, target_is_directory=True)
+
+
+def _links_inside(trial: Path) -> None:
+    """Links that stay in the trial folder: followed."""
+    shutil.copytree(CORPUS / "base-trial", trial)
+    (trial / "kept").mkdir()
+    shutil.move(trial / "verifier" / "test-stdout.txt", trial / "kept" / "stdout.txt")
+    (trial / "verifier" / "test-stdout.txt").symlink_to(Path("..") / "kept" / "stdout.txt")
+    shutil.move(trial / "agent", trial / "kept" / "agent")
+    (trial / "agent").symlink_to(Path("kept") / "agent", target_is_directory=True)
+
+
+def _check_links_inside(engine, src: Path, case_id: str) -> None:
+    trial = _trial(engine, f"bad__{case_id}")
+    assert trial["verifier_output"] == (CORPUS / "base-trial" / "verifier" / "test-stdout.txt").read_text()
+    assert trial["n_episodes"] == 2
+
+
+def _sparse(size: int) -> Callable[[Path], None]:
+    """The file made `size` bytes long, of zeros that take no disk (a sparse file)."""
+    def how(path: Path) -> None:
+        with open(path, "r+b") as fh:
+            fh.truncate(size)
+    return how
+
+
+def _steps(n: int, step: str) -> Callable[[Path], None]:
+    """The trajectory with n more steps (JSON text `step` each) after its own."""
+    def how(path: Path) -> None:
+        text = path.read_text()
+        at = text.index('"steps": [') + len('"steps": [')
+        path.write_text(text[:at] + ",".join([step] * n) + "," + text[at:])
+    return how
+
+
+MILLION_STEPS = '{"step_id":7,"source":"agent","message":"ls","observation":{"results":[{"content":"a"}]}}'
+OBSERVED_STEP = '{"source":"agent","message":"m","observation":{"results":[{"content":"o"}]}}'
+
+
+def _padded(path: Path, nbytes: int) -> None:
+    """A valid trajectory `nbytes` long: its own, with a long string in its extra."""
+    data = json.loads((CORPUS / "base-trial" / "agent" / "trajectory.json").read_text())
+    data["extra"] = {"pad": ""}
+    data["extra"]["pad"] = "x" * (nbytes - len(json.dumps(data)))
+    path.write_text(json.dumps(data))
+
+
+def _two_files(each: int) -> Callable[[Path], None]:
+    """A trajectory and a subagent's, each `each` bytes: within the file limit, not together."""
+    def build(trial: Path) -> None:
+        shutil.copytree(CORPUS / "base-trial", trial)
+        _padded(trial / "agent" / "trajectory.json", each)
+        _padded(trial / "agent" / "trajectory.helper.json", each)
+    return build
+
+
 TRACE_CASES = [
     Case("result-malformed", "traces", "unit", _overlay("result-malformed"), ("malformed JSON at line 1",),
          file="result.json"),
@@ -527,6 +641,51 @@ TRACE_CASES = [
            check=_check_deep_metrics(d)) for d in (450, 500)),
     Case("config-nested-500", "traces", "valid", _mutate("config.json", _deep_field("deep", 500)),
          check=_check_deep_config(500)),
+    # Nothing outside the trial folder is read: a link leading out of it is refused, naming it.
+    *(Case(f"{name}-link-out", "traces", "unit", _link_out(rel), ("symbolic link to", "outside the trial folder"),
+           file=rel) for name, rel in (("verifier-stdout", "verifier/test-stdout.txt"),
+                                       ("exception", "exception.txt"), ("result", "result.json"),
+                                       ("trajectory", "agent/trajectory.json"), ("reward", "verifier/reward.txt"))),
+    Case("result-link-to-sibling", "traces", "unit", _link_to_sibling,
+         ("symbolic link to", f"{SIBLING_TRIAL}/result.json", "outside the trial folder"), file="result.json"),
+    Case("agent-dir-link-out", "traces", "unit", _agent_dir_out, ("outside-agent", "outside the trial folder"),
+         file="agent/trajectory.json"),
+    Case("links-inside-the-trial", "traces", "valid", _links_inside, check=_check_links_inside),
+    # Every file within WAREHOUSE_MAX_FILE_BYTES (12 MiB; a trial's result.json 64 times that on
+    # disk), a trial's files within WAREHOUSE_MAX_TRIAL_BYTES together, its trajectories within
+    # WAREHOUSE_MAX_STEPS and WAREHOUSE_MAX_TURN_ROWS: each refused before it is read or rendered.
+    Case("result-sparse-3gb", "traces", "unit", _mutate("result.json", _sparse(3 << 30)),
+         ("3,221,225,472 bytes, more than the 805,306,368", "64 × WAREHOUSE_MAX_FILE_BYTES"), file="result.json"),
+    Case("result-sparse-100mb", "traces", "unit", _mutate("result.json", _sparse(100 << 20)),
+         ("104,857,600 bytes, of which more than 12,582,912 are kept", "WAREHOUSE_MAX_FILE_BYTES"),
+         file="result.json"),
+    Case("verifier-stdout-sparse-1gb", "traces", "unit", _mutate("verifier/test-stdout.txt", _sparse(1 << 30)),
+         ("1,073,741,824 bytes, more than the 12,582,912", "WAREHOUSE_MAX_FILE_BYTES"),
+         file="verifier/test-stdout.txt"),
+    Case("trajectory-1m-steps", "traces", "unit", _mutate("agent/trajectory.json", _steps(1_000_000, MILLION_STEPS)),
+         ("bytes, more than the 12,582,912", "WAREHOUSE_MAX_FILE_BYTES"), file="agent/trajectory.json"),
+    Case("trajectory-200k-steps", "traces", "unit", _mutate("agent/trajectory.json", _steps(200_000, "{}")),
+         ("200,004 steps, more than the 100,000", "WAREHOUSE_MAX_STEPS"), file="agent/trajectory.json"),
+    Case("trajectory-1500-observed-steps", "traces", "unit",
+         _mutate("agent/trajectory.json", _steps(1500, OBSERVED_STEP)),
+         ("more than 2,000,000 turn rows", "WAREHOUSE_MAX_TURN_ROWS"), file="agent/trajectory.json"),
+    Case("trial-files-over-12mib", "traces", "unit", _two_files(7 << 20),
+         ("take the files of its trial past the 12,582,912", "WAREHOUSE_MAX_TRIAL_BYTES"),
+         file="agent/trajectory.helper.json"),
+    # The limits are settings: lowered below the bad trial (12 observed steps, a 2,000-byte
+    # trajectory) and above its sibling (4 steps, 8 turn rows, a 1,014-byte trajectory).
+    Case("setting-max-file-bytes", "traces", "unit", _mutate("agent/trajectory.json", lambda p: _padded(p, 2000)),
+         ("2,000 bytes, more than the 1,500 a trace file may have", "WAREHOUSE_MAX_FILE_BYTES"),
+         file="agent/trajectory.json", env={"WAREHOUSE_MAX_FILE_BYTES": "1500"}),
+    Case("setting-max-trial-bytes", "traces", "unit", _mutate("agent/trajectory.json", lambda p: _padded(p, 2000)),
+         ("take the files of its trial past the 2,500", "WAREHOUSE_MAX_TRIAL_BYTES"),
+         file="agent/trajectory.json", env={"WAREHOUSE_MAX_TRIAL_BYTES": "2500"}),
+    Case("setting-max-steps", "traces", "unit", _mutate("agent/trajectory.json", _steps(12, OBSERVED_STEP)),
+         ("16 steps, more than the 10", "WAREHOUSE_MAX_STEPS"), file="agent/trajectory.json",
+         env={"WAREHOUSE_MAX_STEPS": "10"}),
+    Case("setting-max-turn-rows", "traces", "unit", _mutate("agent/trajectory.json", _steps(12, OBSERVED_STEP)),
+         ("more than 20 turn rows", "WAREHOUSE_MAX_TURN_ROWS"), file="agent/trajectory.json",
+         env={"WAREHOUSE_MAX_TURN_ROWS": "20"}),
 ]
 
 CASES = PARQUET_CASES + TRACE_CASES
@@ -580,12 +739,19 @@ def _source(tmp_path: Path, case: Case) -> tuple[Path, str, str]:
     return src, trial.name, named
 
 
-def _ingest(db_url: str, src: Path, *extra: str, drop_dac: bool = False):
+# No input takes an ingest past this much memory (ingest.limits), measured on every case.
+MEMORY_BOUND_KB = 1 << 20
+
+
+def _ingest(db_url: str, src: Path, *extra: str, drop_dac: bool = False, env: dict[str, str] | None = None):
+    """The CLI's result, its peak resident memory checked against the bound."""
     import subprocess
 
     prefix = DROP_DAC if drop_dac else []
-    return subprocess.run([*prefix, *CLI, "--db", db_url, "ingest", str(src), *extra],
-                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    done, peak_kb = run_with_peak([*prefix, *CLI, "--db", db_url, "ingest", str(src), *extra], timeout=300,
+                                  stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    assert 0 < peak_kb < MEMORY_BOUND_KB, f"peak {peak_kb} KB"
+    return done
 
 
 def _stderr_lines(done) -> list[str]:
@@ -624,7 +790,7 @@ def test_bad_input(case: Case, backend, db_url, engine, tmp_path):
         drop_dac = True
     src, bad_unit, named = _source(tmp_path, case)
 
-    done = _ingest(db_url, src, drop_dac=drop_dac)
+    done = _ingest(db_url, src, drop_dac=drop_dac, env=case.env)
     lines = _stderr_lines(done)
     errors = [line for line in lines if line.startswith("Error: ")]
 
@@ -655,7 +821,7 @@ def test_bad_input(case: Case, backend, db_url, engine, tmp_path):
     # backend (each CLI run costs most of a second); a bad row's rejection is checked on both.
     if case.outcome == "unit" and backend != "sqlite":
         return
-    again = _ingest(db_url, src, "--keep-going", drop_dac=drop_dac)
+    again = _ingest(db_url, src, "--keep-going", drop_dac=drop_dac, env=case.env)
     lines = _stderr_lines(again)
     errors = [line for line in lines if line.startswith("Error: ")]
     assert again.returncode == 0, again.stderr
@@ -777,3 +943,68 @@ def test_sql_cannot_write(statement, db_url, engine, tmp_path):
     assert "Traceback" not in done.stderr and done.stderr.startswith("Error: "), done.stderr
     assert _snapshot(engine) == before
     assert not (tmp_path / "attached.db").exists() and not (tmp_path / "copy.db").exists()
+
+
+# --- a dataset card, the limits' settings, a Hub cache's links ----------------------------------
+
+def _dataset(folder: Path, trial: str, readme: str | None = None) -> Path:
+    write_shard(folder / "data" / "train-00000-of-00001.parquet", [hub_row(trial, 0, [("user", "q"), ("assistant", "a")])])
+    if readme is not None:
+        (folder / "README.md").write_text(readme)
+    return folder
+
+
+@pytest.mark.parametrize("front_matter", ["labels: {step: 1}\nx: " + "[" * depth + "]" * depth for depth in (100, 3000)]
+                         + ["".join("  " * i + f"k{i}:\n" for i in range(250)) + "labels: {step: 1}"],
+                         ids=["flow-101-levels", "flow-3001-levels", "block-250-levels"])
+def test_deep_card_fails_its_source_only(front_matter, db_url, engine, tmp_path):
+    """A dataset card whose YAML front matter nests past 100 levels (which ended the whole ingest
+    in a RecursionError traceback) fails its source in one line naming the card, before any unit
+    of it is written; the sources after it load."""
+    deep = _dataset(tmp_path / "deep", "deep__t", f"---\n{front_matter}\n---\n# a dataset\n")
+    later = _dataset(tmp_path / "later", "later__t", "---\nlabels: {step: 2}\n---\n")
+    done = _ingest(db_url, str(deep), str(later))
+    errors = [line for line in _stderr_lines(done) if line.startswith("Error: ")]
+    assert done.returncode == 1
+    assert errors == [f"Error: {deep}/README.md: YAML front matter nested more than 100 levels deep"], done.stderr
+    with engine.connect() as conn:
+        assert [n for (n,) in conn.execute(text("SELECT trial_name FROM trials"))] == ["later__t"]
+        assert conn.execute(text("SELECT count(*) FROM sources")).scalar() == 1
+        assert conn.execute(text("SELECT value FROM run_labels")).scalars().all() == ["2"]
+
+
+def test_card_at_100_levels_loads(db_url, engine, tmp_path):
+    flat = _dataset(tmp_path / "ok", "ok__t", "---\nlabels: {step: 3}\nx: " + "[" * 99 + "]" * 99 + "\n---\n")
+    done = _ingest(db_url, flat)
+    assert done.returncode == 0, done.stderr
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT value FROM run_labels")).scalars().all() == ["3"]
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5"])
+def test_a_mistyped_limit_is_one_error(value, db_url, engine, tmp_path):
+    src = _job_of_trials(tmp_path / "job", ["ok__a"])
+    done = _ingest(db_url, src, env={"WAREHOUSE_MAX_TURN_ROWS": value})
+    assert done.returncode == 1
+    assert _stderr_lines(done) == [f"Error: WAREHOUSE_MAX_TURN_ROWS={value!r}: expected a whole number above 0"]
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM sources")).scalar() == 0
+
+
+def test_hub_cache_links_into_blobs_load(db_url, engine, tmp_path):
+    """huggingface_hub's cache: a snapshot's files are links into the repository's blobs/ (not
+    a trace directory: its links are followed, as before)."""
+    repo = tmp_path / "hub" / "datasets--org--name"
+    made = _dataset(tmp_path / "made", "hub__t", "---\nlabels: {step: 4}\n---\n")
+    snapshot = repo / "snapshots" / "0123abcd"
+    (snapshot / "data").mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    for rel in ("README.md", "data/train-00000-of-00001.parquet"):
+        blob = repo / "blobs" / Path(rel).name.replace(".", "-")
+        shutil.move(made / rel, blob)
+        (snapshot / rel).symlink_to(os.path.relpath(blob, (snapshot / rel).parent))
+    done = _ingest(db_url, snapshot)
+    assert done.returncode == 0, done.stderr
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT trial_name FROM trials")).scalars().all() == ["hub__t"]
+        assert conn.execute(text("SELECT value FROM run_labels")).scalars().all() == ["4"]
