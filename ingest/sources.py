@@ -55,6 +55,7 @@ def _local(path: Path) -> Source:
     shards = parquet_shards(path)
     if shards:
         cache = HF_CACHE_SNAPSHOT.search(str(path))
+        _inside_dataset(path, shards)
         return Source(kind="parquet", uri=str(path), name=_dataset_name(path), root=path, shards=shards,
                       revision=cache.group("rev") if cache else None, card=_card(path))
     return Source(kind="traces", uri=str(path), name=path.name, root=path)
@@ -68,6 +69,23 @@ def parquet_shards(folder: Path) -> list[Path]:
             if found:
                 return found
     return []
+
+
+def _inside_dataset(folder: Path, shards: list[Path]) -> None:
+    """A dataset folder's shards and card are read where they lie inside it, so that a link
+    cannot make an ingest store (and `export hub` publish) a file from elsewhere on the machine.
+    A snapshot in huggingface_hub's cache is the exception the cache's own layout makes: its
+    files are links into the dataset's `blobs/`, so there the dataset's whole cache folder
+    (`datasets--org--name/`) is the tree."""
+    cache = HF_CACHE_SNAPSHOT.search(str(folder))
+    tree = Path(str(folder)[:cache.start()]) / f"datasets--{cache.group('org')}--{cache.group('name')}" \
+        if cache else folder
+    for path in [*shards, folder / "README.md"]:
+        if path.is_symlink():
+            target = path.resolve()
+            if not target.is_relative_to(tree):
+                raise WarehouseError(f"{path}: symbolic link to {target}, outside the dataset folder ({tree}): "
+                                     f"not read")
 
 
 def _dataset_name(folder: Path) -> str:
@@ -174,5 +192,6 @@ def _hub(repo: str, revision: str | None) -> Source:
     if not shards:
         raise WarehouseError(f"{repo}: the dataset has no Parquet files under data/")
     cache = HF_CACHE_SNAPSHOT.search(str(root))
+    _inside_dataset(root, shards)
     return Source(kind="hub", uri=repo, name=repo, root=root, shards=shards,
                   revision=cache.group("rev") if cache else revision, card=_card(root))

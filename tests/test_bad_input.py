@@ -1008,3 +1008,23 @@ def test_hub_cache_links_into_blobs_load(db_url, engine, tmp_path):
     with engine.connect() as conn:
         assert conn.execute(text("SELECT trial_name FROM trials")).scalars().all() == ["hub__t"]
         assert conn.execute(text("SELECT value FROM run_labels")).scalars().all() == ["4"]
+
+
+@pytest.mark.parametrize("link", ["README.md", "data/train-00000-of-00001.parquet"])
+def test_a_dataset_folder_link_leading_out_is_refused(link, db_url, engine, tmp_path):
+    """A dataset folder's card or shard that links to a file outside the folder is not read (the
+    card would be stored, and published again by `export hub`): the source fails in one line
+    naming the link, nothing of it is written."""
+    outside = _dataset(tmp_path / "elsewhere", "secret__t", "---\nlabels: {secret: shadow}\n---\n")
+    src = _dataset(tmp_path / "ds", "ds__t", "---\nlabels: {step: 1}\n---\n")
+    (src / link).unlink()
+    (src / link).symlink_to(outside / link)
+    later = _dataset(tmp_path / "later", "later__t")
+    done = _ingest(db_url, str(src), str(later))
+    errors = [line for line in _stderr_lines(done) if line.startswith("Error: ")]
+    assert done.returncode == 1
+    assert errors == [f"Error: {src.resolve() / link}: symbolic link to {(outside / link).resolve()}, "
+                      f"outside the dataset folder ({src.resolve()}): not read"], done.stderr
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT trial_name FROM trials")).scalars().all() == ["later__t"]
+        assert conn.execute(text("SELECT count(*) FROM run_labels")).scalar() == 0
