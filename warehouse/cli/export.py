@@ -39,6 +39,11 @@ class Episodes(str, Enum):
     last = "last"
 
 
+class CardPathsChoice(str, Enum):
+    private = "private"
+    full = "full"
+
+
 @app.command()
 def hub(
     ctx: typer.Context,
@@ -71,9 +76,18 @@ def hub(
     episodes: Annotated[Episodes, typer.Option(
         "--episodes", help="Every episode of the trials (all), or the last of each main trajectory, "
         "as `harbor traces export --episodes last` (last).")] = Episodes.all,
+    card_paths: Annotated[CardPathsChoice, typer.Option(
+        "--card-paths", help="How README.md names local sources and the paths in the command it quotes: "
+        "private (their path relative to --card-root, else their name and content hash) or full "
+        "(absolute paths of this machine).")] = CardPathsChoice.private,
+    card_root: Annotated[Optional[Path], typer.Option(
+        "--card-root", metavar="DIR", help="README.md names local sources and paths under DIR relative to it.")] = None,
     force: Force = False,
 ) -> None:
     """Write a Hub-shaped dataset: README.md + data/*.parquet.
+
+    README.md, the dataset card, is written to be published: it names a Hub source by its id and
+    revision, and no absolute path of this machine unless --card-paths full.
 
     By source, each ingested shard comes back with its own file name, columns, types and rows.
     By run (or, without --run and --source, every run), each episode once, under the union of
@@ -90,14 +104,18 @@ def hub(
       warehouse export hub out/one-run --run 9f8c2915 --force
       warehouse export hub out/sft --solved --per-task shortest --episodes last
     """
+    if card_root is not None and card_paths is CardPathsChoice.full:
+        raise typer.BadParameter("give --card-root or --card-paths full, not both", param_hint="--card-root")
     engine = state(ctx).read_engine()
-    from warehouse.export import export_hub  # pyarrow: imported by the commands that use it
+    from warehouse.export import CardPaths, export_hub  # pyarrow: imported by the commands that use it
     from warehouse.filters import Filters
     from warehouse.selection import Pick
 
     filters = Filters.of(run=run, task=task, model=model, agent=agent, label=label)
+    paths = CardPaths(root=card_root, full=card_paths is CardPathsChoice.full)
     pick = Pick(solved=solved, threshold=threshold, where=where, per_task=per_task.value, episodes=episodes.value)
-    info = export_hub(engine, out, filters, sources=source, pick=pick, command=_command_line(), force=force)
+    info = export_hub(engine, out, filters, sources=source, pick=pick, command=_command_line(), force=force,
+                      card_paths=paths)
     for note in info.notes:
         typer.echo(f"warning: {note}", err=True)
     _say_replaced(out, info.replaced)

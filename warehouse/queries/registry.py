@@ -36,7 +36,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 
-from warehouse.errors import WarehouseError
+from warehouse.errors import ArgumentTypeError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, readonly_session
 from warehouse.runs import resolve_run
@@ -91,7 +91,10 @@ class Param:
             return int(bool(value))
         if self.type is IntList:
             return IntList.parse(value)
-        value = self.type(getattr(value, "value", value))  # Enum members from the CLI
+        try:
+            value = self.type(getattr(value, "value", value))  # Enum members from the CLI
+        except (TypeError, ValueError):  # an API caller's value ("x" for a number)
+            raise ArgumentTypeError(f"{self.option} must be a {self.type.__name__}, not {value!r}") from None
         if self.by_label and str(value).startswith("label:"):
             if not value[len("label:"):]:
                 raise WarehouseError(f"{self.option} label:KEY needs a label key")
