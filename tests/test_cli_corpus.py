@@ -120,6 +120,20 @@ CASES = [
     Case("export-tables-empty-warehouse", "{warehouse}", ("export", "tables", "{tmp}/out"), 0, "wrote",
          backends=BOTH),
     Case("export-hub-empty-warehouse", "{warehouse}", ("export", "hub", "{tmp}/out"), 0, "0 rows", backends=BOTH),
+    # --- a trial id no integer column holds, or no id at all -------------------------------------
+    Case("show-id-overflows", "{warehouse}", ("show", "1" + "0" * 30), 1, f"no trial '1{'0' * 30}'", backends=BOTH),
+    Case("show-id-past-bigint", "{warehouse}", ("show", str(2**63)), 1, f"no trial '{2**63}'", backends=BOTH),
+    Case("show-id-negative", "{warehouse}", ("show", "--", "-5"), 1, "no trial '-5'", backends=BOTH),
+    Case("show-id-superscript", "{warehouse}", ("show", "\u00b2"), 1, "no trial '\u00b2'", backends=BOTH),
+    # --- an OUT that cannot be made: its parent missing, or a file (nothing is created) ----------
+    *(Case(f"{name}-missing-parent", "{warehouse}", (*command, "{tmp}/no/such/" + out), 1,
+           "{tmp}/no/such does not exist (create it first", backends=BOTH)
+      for name, command, out in (("export-hub", ("export", "hub"), "out"), ("export-tables", ("export", "tables"), "out"),
+                                 ("report", ("report",), "r.html"))),
+    *(Case(f"{name}-under-a-file", "{warehouse}", (*command, "{tmp}/" + NOT_A_DATABASE + "/" + out), 1,
+           f"{{tmp}}/{NOT_A_DATABASE} is not a directory", backends=BOTH)
+      for name, command, out in (("export-hub", ("export", "hub"), "out"), ("export-tables", ("export", "tables"), "out"),
+                                 ("report", ("report",), "r.html"))),
     # --- usage errors: Click's report, exit 2 -----------------------------------------------------
     Case("no-such-command", "{tmp}/x.db", ("db", "nosuch"), 2, "No such command 'nosuch'"),
     Case("db-without-value", None, ("--db",), 2, "requires an argument"),
@@ -215,7 +229,8 @@ def test_cli_corpus(case: Case, backend: str, request, tmp_path):
         assert done.stdout == "", out
         lines = done.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error: "), done.stderr
-        assert case.says in lines[0], (case.says, lines[0])
+        assert case.says.format(**values) in lines[0], (case.says, lines[0])
+        assert not (tmp_path / "no").exists()  # no parent made for an OUT refused
     elif case.exit == 2:
         assert "Error" in done.stderr and case.says in done.stderr, done.stderr
     else:
