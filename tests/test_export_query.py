@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from helpers import counts
 from ingest import writer
@@ -209,10 +210,15 @@ def test_a_sweep_cut_to_its_shortest_solutions_ingests_back_as_nothing_new(engin
     assert [f["name"] for f in front["dataset_info"]["features"]] == pq.read_schema(
         next((out / "data").glob("*.parquet"))).names
     assert front["dataset_info"]["splits"] == [{"name": "train", "num_examples": len(rows)}]
-    shown = db_url.replace(":wh@", ":***@")
-    assert f"- command: `{shlex.join(['warehouse', '--db', shown, 'export', 'hub', str(out), '--solved', '--per-task', 'shortest'])}`" in card
-    assert "wh:wh@" not in card  # the password never reaches the card
-    assert "at schema revision " in card and f"| sweep | parquet | {tmp_path / 'sweep'} | 1 | {len(rows)} |" in card
+    # The card is for publishing: the password hidden, and no absolute path of this machine
+    # (the SQLite file, OUT and the source are named by their names).
+    url = make_url(db_url)
+    shown = url.render_as_string(hide_password=True) if url.drivername.startswith("postgresql") else \
+        f"sqlite:///{Path(url.database).name}"
+    assert f"- command: `{shlex.join(['warehouse', '--db', shown, 'export', 'hub', out.name, '--solved', '--per-task', 'shortest'])}`" in card
+    assert not url.password or url.password not in card  # the password never reaches the card
+    assert "at schema revision " in card and f"| sweep | parquet | sweep (sha256:" in card
+    assert str(tmp_path) not in card
 
 
 def test_a_checkpoint_of_a_labelled_sweep(engine, db_url, tmp_path):
