@@ -66,7 +66,7 @@ def ingest(
         stop = interruption(exc)
         if stop is None:
             raise
-        # The one line is main()'s (warehouse.cli.app), as for a stop anywhere else.
+        # The one line is warehouse.__main__'s, as for a stop anywhere else.
         raise Interrupted(stop_signal(stop), "finished units kept, the current one rolled back") from None
     # Every unit is written: a stop now could only cut the report short.
     ignore_stops()
