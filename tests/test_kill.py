@@ -411,10 +411,13 @@ def test_a_postgresql_ingest_stopped_at_any_moment_says_one_line(db_url, tmp_pat
             ingest, began = start()
             time.sleep(max(0.0, began + rng.uniform(0, life) - time.monotonic()))
             ingest.watch()
-            if how == signal.SIGINT:
-                os.killpg(ingest.proc.pid, how)
-            elif ingest.proc.poll() is None:
-                ingest.proc.send_signal(how)
+            try:
+                if how == signal.SIGINT:
+                    os.killpg(ingest.proc.pid, how)
+                else:
+                    os.kill(ingest.proc.pid, how)
+            except ProcessLookupError:  # it has ended (and was reaped): finished before the stop
+                pass
             try:
                 _, err = ingest.proc.communicate(timeout=TIMEOUT)
             except subprocess.TimeoutExpired:

@@ -17,8 +17,8 @@ app = typer.Typer(no_args_is_help=True, help="""Write warehouse contents out as 
     Examples:
 
     \b
-      warehouse export hub out/sample --source sample
-      warehouse export tables out/tables
+      warehouse export hub sample-copy --source sample
+      warehouse export tables tables
     """)
 root.add_typer(app, name="export")
 
@@ -100,9 +100,9 @@ def hub(
     Examples:
 
     \b
-      warehouse export hub out/sample --source sample
-      warehouse export hub out/one-run --run 9f8c2915 --force
-      warehouse export hub out/sft --solved --per-task shortest --episodes last
+      warehouse export hub sample-copy --source sample
+      warehouse export hub one-run --run 9f8c2915 --force
+      warehouse export hub sft --solved --per-task shortest --episodes last
     """
     if card_root is not None and card_paths is CardPathsChoice.full:
         raise typer.BadParameter("give --card-root or --card-paths full, not both", param_hint="--card-root")
@@ -152,8 +152,8 @@ def tables(ctx: typer.Context, out: Out, force: Force = False) -> None:
     Examples:
 
     \b
-      warehouse export tables out/tables
-      warehouse export tables out/tables --force
+      warehouse export tables tables
+      warehouse export tables tables --force
     """
     engine = state(ctx).read_engine()
     from warehouse.export_tables import export_tables
