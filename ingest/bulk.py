@@ -307,9 +307,11 @@ class Bulk:
             flushing, self._flushing = self._flushing, None
             flushing.result()
 
-    def close(self) -> None:
+    def close(self, interrupted: bool = False) -> None:
         """Release the flush thread and the id connection. After an error a flush in flight
-        is waited for but its own error dropped: the transaction is rolled back anyway."""
+        is waited for but its own error dropped: the transaction is rolled back anyway.
+        `interrupted` (Ctrl-C, SIGTERM): the id connection is closed rather than reset, as the
+        unit's own is (see writer.unit), since a statement of it may be left unread."""
         try:
             self.wait()
         except Exception:
@@ -318,7 +320,10 @@ class Bulk:
             self._copier.shutdown()
             self._copier = None
         if self._ids_conn is not None:
-            self._ids_conn.close()
+            if interrupted:
+                self._ids_conn.invalidate()
+            else:
+                self._ids_conn.close()
             self._ids_conn = None
 
     def _write(self, table: Table, cols: Sequence[str], columns: list[Sequence[Any]]) -> None:

@@ -30,6 +30,7 @@ from ingest.records import Rejected, Run, Trial
 from warehouse import __version__, summaries
 from warehouse.db import models
 from warehouse.db.session import write_transaction
+from warehouse.errors import interruption
 from warehouse.runs import labels_of, set_labels, source_run_name
 from warehouse.texts import to_bytes
 
@@ -154,8 +155,9 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
         ), ["source_id", "unit", "content_hash"])
         if load_id is None:
             raise AlreadyLoaded(unit_name)
-        writer = UnitWriter(conn, load_id)
+        writer = None
         try:
+            writer = UnitWriter(conn, load_id)
             yield writer
             writer.flush()  # the summaries are computed from the rows written
             summaries.refresh(conn, writer.load_id, writer.touched_trials, writer.linked_runs, writer.left_keys)
@@ -168,12 +170,24 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
                 n_rejected=c.n_rejected, n_turns=c.n_turns, n_bytes=c.n_bytes,
                 detail={"rejected": [f"{r.where}: {r.reason}" for r in c.rejected[:100]]} if c.rejected else None,
             ))
+        except BaseException as exc:
+            if interruption(exc) is not None:
+                # Ctrl-C or SIGTERM landing in the driver just after it sent a statement on the
+                # unit's connection (Bulk's reads go to the driver directly, past SQLAlchemy) can
+                # leave the statement's result unread, and the rollback would then fail ("another
+                # command is already in progress"; the pool, resetting the connection, logs it as
+                # a traceback). The session is closed instead: the server rolls the unit back.
+                if writer is not None:
+                    writer.bulk.close(interrupted=True)
+                conn.invalidate()
+            raise
         finally:
-            writer.bulk.close()
-            # Freed while the collector is still paused (it resumes after the transaction ends):
-            # its first pass would otherwise scan every object the caches hold (measured: 18 ms
-            # after a unit of the math profile).
-            writer.drop_caches()
+            if writer is not None:
+                writer.bulk.close()
+                # Freed while the collector is still paused (it resumes after the transaction
+                # ends): its first pass would otherwise scan every object the caches hold
+                # (measured: 18 ms after a unit of the math profile).
+                writer.drop_caches()
 
 
 class UnitWriter:

@@ -374,3 +374,68 @@ def test_the_readme_example_runs(tmp_path):
         expected = wh.sql("SELECT r.run_key, count(*) FROM trials t JOIN runs r ON r.id = t.run_id "
                           "WHERE t.reward >= 1 GROUP BY r.run_key ORDER BY 1").rows
     assert lines[2:] == [f"{run_key} {n}" for run_key, n in expected]
+
+
+# Every argument of every public call, given a value of the wrong type or out of range: a
+# UsageError (a WarehouseError) in one line naming the argument, still a TypeError or a
+# ValueError for code written against the built-in errors. Nothing is opened first.
+MISUSES = [
+    (lambda wh: warehouse.open(5), TypeError, "db must be a str or a path"),
+    (lambda wh: warehouse.open(b"w.db"), TypeError, "db must be a str or a path"),
+    (lambda wh: wh.ingest(5), TypeError, "sources must be a path or a list of paths"),
+    (lambda wh: wh.ingest(None), TypeError, "sources must be"),
+    (lambda wh: wh.ingest([5]), TypeError, "each of sources"),
+    (lambda wh: wh.ingest([], run=5), TypeError, "run must be a str"),
+    (lambda wh: wh.ingest([], label=5), TypeError, "label must be"),
+    (lambda wh: wh.ingest([], label=[5]), TypeError, "each label must be a str"),
+    (lambda wh: wh.ingest([], label={1: 2}), TypeError, "each key of label"),
+    (lambda wh: wh.ingest([], keep_going="yes"), TypeError, "keep_going must be True or False"),
+    (lambda wh: wh.ingest([], progress=5), TypeError, "progress must be an instance of ingest.report.Progress"),
+    (lambda wh: wh.ingest([], warn=5), TypeError, "warn must be callable"),
+    (lambda wh: wh.query(5), TypeError, "the query's name must be a str"),
+    (lambda wh: wh.query("runs", run=5), TypeError, "run must be a str or a list of str"),
+    (lambda wh: wh.query("runs", task=[5]), TypeError, "each of task"),
+    (lambda wh: wh.query("runs", model=3.5), TypeError, "model must be"),
+    (lambda wh: wh.query("runs", agent=[None]), TypeError, "each of agent"),
+    (lambda wh: wh.query("runs", label=5), TypeError, "label must be"),
+    (lambda wh: wh.query("pass-rate", threshold="x"), TypeError, "--threshold must be a float"),
+    (lambda wh: wh.sql(5), TypeError, "the SQL must be a str"),
+    (lambda wh: wh.sql(b"SELECT 1"), TypeError, "the SQL must be a str"),
+    (lambda wh: wh.sql("SELECT :a", [1]), TypeError, "params must be a dict"),
+    (lambda wh: wh.sql("SELECT 1", max_rows="x"), TypeError, "max_rows must be an int"),
+    (lambda wh: wh.sql("SELECT 1", max_rows=1.5), TypeError, "max_rows must be an int"),
+    (lambda wh: wh.sql("SELECT 1", max_rows=-1), ValueError, "max_rows must be from 0"),
+    (lambda wh: wh.sql_stream("SELECT 1", max_value_bytes="x").__enter__(), TypeError, "max_value_bytes must be an int"),
+    (lambda wh: wh.search(5), TypeError, "the search text must be a str"),
+    (lambda wh: wh.search("a", limit="x"), TypeError, "limit must be an int"),
+    (lambda wh: wh.search("a", limit=0), ValueError, "limit must be from 1"),
+    (lambda wh: wh.search("a", run=5), TypeError, "run must be a str"),
+    (lambda wh: wh.search("a", role=5), TypeError, "role must be a str"),
+    (lambda wh: wh.show(None), TypeError, "trial must be a str or an int"),
+    (lambda wh: wh.show(1.5), TypeError, "trial must be a str or an int"),
+    (lambda wh: wh.show(10**30), ValueError, "trial must be from 0"),
+    (lambda wh: wh.show("x", episode="1"), TypeError, "episode must be an int"),
+    (lambda wh: wh.show("x", all_episodes="yes"), TypeError, "all_episodes must be True or False"),
+]
+
+
+@pytest.mark.parametrize("call,builtin,says", MISUSES, ids=[says for _, _, says in MISUSES])
+def test_every_misuse_is_a_one_line_warehouse_error(call, builtin, says, db_url):
+    from warehouse.errors import UsageError
+
+    with warehouse.open(db_url) as opened:
+        with pytest.raises(UsageError) as raised:
+            call(opened)
+    assert isinstance(raised.value, (warehouse.WarehouseError, builtin))
+    assert isinstance(raised.value, builtin) and says in str(raised.value)
+    assert len(str(raised.value).splitlines()) == 1
+
+
+def test_an_int_the_database_cannot_hold_is_a_usage_error(wh, backend):
+    from warehouse.errors import ArgumentValueError
+
+    if backend == "sqlite":  # 64-bit integers only
+        with pytest.raises(ArgumentValueError, match="does not fit the database's integers"):
+            wh.sql("SELECT :a AS a", a=10**30)
+    else:  # sent as a numeric
+        assert int(wh.sql("SELECT :a AS a", a=10**30).rows[0][0]) == 10**30

@@ -22,6 +22,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,6 +142,20 @@ CASES = [
          "--resamples must be at least 1, not -1", backends=BOTH),
     Case("timeout-nan", "{warehouse}", ("query", "runs", "--timeout", "nan"), 1,
          "the time limit must be a number of seconds", backends=BOTH),
+    # --- a trial id no integer column holds, or no id at all -------------------------------------
+    Case("show-id-overflows", "{warehouse}", ("show", "1" + "0" * 30), 1, f"no trial '1{'0' * 30}'", backends=BOTH),
+    Case("show-id-past-bigint", "{warehouse}", ("show", str(2**63)), 1, f"no trial '{2**63}'", backends=BOTH),
+    Case("show-id-negative", "{warehouse}", ("show", "--", "-5"), 1, "no trial '-5'", backends=BOTH),
+    Case("show-id-superscript", "{warehouse}", ("show", "\u00b2"), 1, "no trial '\u00b2'", backends=BOTH),
+    # --- an OUT that cannot be made: its parent missing, or a file (nothing is created) ----------
+    *(Case(f"{name}-missing-parent", "{warehouse}", (*command, "{tmp}/no/such/" + out), 1,
+           "{tmp}/no/such does not exist (create it first", backends=BOTH)
+      for name, command, out in (("export-hub", ("export", "hub"), "out"), ("export-tables", ("export", "tables"), "out"),
+                                 ("report", ("report",), "r.html"))),
+    *(Case(f"{name}-under-a-file", "{warehouse}", (*command, "{tmp}/" + NOT_A_DATABASE + "/" + out), 1,
+           f"{{tmp}}/{NOT_A_DATABASE} is not a directory", backends=BOTH)
+      for name, command, out in (("export-hub", ("export", "hub"), "out"), ("export-tables", ("export", "tables"), "out"),
+                                 ("report", ("report",), "r.html"))),
     # --- usage errors: Click's report, exit 2 -----------------------------------------------------
     Case("no-such-command", "{tmp}/x.db", ("db", "nosuch"), 2, "No such command 'nosuch'"),
     Case("db-without-value", None, ("--db",), 2, "requires an argument"),
@@ -239,7 +254,8 @@ def test_cli_corpus(case: Case, backend: str, request, tmp_path):
         assert done.stdout == "", out
         lines = done.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error: "), done.stderr
-        assert case.says in lines[0], (case.says, lines[0])
+        assert case.says.format(**values) in lines[0], (case.says, lines[0])
+        assert not (tmp_path / "no").exists()  # no parent made for an OUT refused
     elif case.exit == 2:
         assert "Error" in done.stderr and case.says in done.stderr, done.stderr
     else:
@@ -270,3 +286,77 @@ def test_psycopg2_spelling_is_read_as_psycopg3():
 def test_other_drivers_are_refused(spec):
     with pytest.raises(WarehouseError, match="unsupported database"):
         resolve_url(spec)
+
+
+# --- an OUT that cannot be written: a read-only folder, a full disk ----------------------------------
+
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sample"
+WRITERS = {"export-hub": ("export", "hub", "out"), "export-tables": ("export", "tables", "out"),
+           "report": ("report", "r.html")}
+
+
+def _obey_file_modes() -> None:
+    """For a child run as root: drop the capabilities that let root write where a folder's mode
+    says no (as a user without them would be refused). Elsewhere a no-op."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP: gone at the exec that follows
+
+
+def _write_out(db_url: str, command: str, folder: Path, **popen) -> subprocess.CompletedProcess:
+    *args, out = WRITERS[command]
+    return subprocess.run([*CLI, "--db", db_url, *args, str(folder / out)], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, **popen)
+
+
+def _one_error_line(done: subprocess.CompletedProcess, says: str) -> None:
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    assert done.stdout == "" and len(lines) == 1 and lines[0].startswith("Error: ") and says in lines[0], done.stderr
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_a_read_only_folder_is_one_line_and_nothing_written(command, db_url, tmp_path):
+    assert subprocess.run([*CLI, "--db", db_url, "ingest", str(SAMPLE)], capture_output=True).returncode == 0
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        done = _write_out(db_url, command, folder, preexec_fn=_obey_file_modes)
+        _one_error_line(done, f"{folder / WRITERS[command][-1]}: cannot write: Permission denied")
+        assert list(folder.iterdir()) == []
+    finally:
+        folder.chmod(0o755)
+
+
+@contextmanager
+def _full_disk(tmp_path: Path) -> Iterator[tuple[Path, dict]]:
+    """A folder on a file system with 16 KB of room (a tmpfs, where this process may mount one),
+    else an ordinary folder and a child limited to files of 40 KB (RLIMIT_FSIZE: its writes past
+    that fail with EFBIG, Python ignoring SIGXFSZ; SQLite's 32 KB shared-memory file still fits)."""
+    folder = tmp_path / "full"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(folder)],
+                             capture_output=True).returncode == 0
+    if mounted:
+        try:
+            yield folder, {}
+        finally:
+            subprocess.run(["umount", str(folder)], check=True)
+        return
+    import resource
+
+    yield folder, {"preexec_fn": lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))}
+
+
+@pytest.mark.parametrize("command", WRITERS)
+def test_a_full_disk_is_one_line_and_nothing_half_written(command, db_url, tmp_path):
+    assert subprocess.run([*CLI, "--db", db_url, "ingest", str(SAMPLE)], capture_output=True).returncode == 0
+    with _full_disk(tmp_path) as (folder, popen):
+        if command == "export-tables" and popen:
+            pytest.skip("each file of `export tables` of the sample is under the file-size limit (no tmpfs here)")
+        done = _write_out(db_url, command, folder, **popen)
+        _one_error_line(done, f"{folder / WRITERS[command][-1]}: cannot write: ")
+        assert list(folder.iterdir()) == []

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from helpers import counts
 from ingest import writer
@@ -209,10 +210,15 @@ def test_a_sweep_cut_to_its_shortest_solutions_ingests_back_as_nothing_new(engin
     assert [f["name"] for f in front["dataset_info"]["features"]] == pq.read_schema(
         next((out / "data").glob("*.parquet"))).names
     assert front["dataset_info"]["splits"] == [{"name": "train", "num_examples": len(rows)}]
-    shown = db_url.replace(":wh@", ":***@")
-    assert f"- command: `{shlex.join(['warehouse', '--db', shown, 'export', 'hub', str(out), '--solved', '--per-task', 'shortest'])}`" in card
-    assert "wh:wh@" not in card  # the password never reaches the card
-    assert "at schema revision " in card and f"| sweep | parquet | {tmp_path / 'sweep'} | 1 | {len(rows)} |" in card
+    # The card is for publishing: the password hidden, and no absolute path of this machine
+    # (the SQLite file, OUT and the source are named by their names).
+    url = make_url(db_url)
+    shown = url.render_as_string(hide_password=True) if url.drivername.startswith("postgresql") else \
+        f"sqlite:///{Path(url.database).name}"
+    assert f"- command: `{shlex.join(['warehouse', '--db', shown, 'export', 'hub', out.name, '--solved', '--per-task', 'shortest'])}`" in card
+    assert not url.password or f":{url.password}@" not in card  # the password never reaches the card
+    assert "at schema revision " in card and f"| sweep | parquet | sweep (sha256:" in card
+    assert str(tmp_path) not in card
 
 
 def test_a_checkpoint_of_a_labelled_sweep(engine, db_url, tmp_path):
@@ -312,3 +318,28 @@ def test_cli_choices_are_checked(db_url, tmp_path):
     result = run_cli(db_url, "export", "hub", str(tmp_path / "out"), "--per-task", "longest")
     assert result.returncode == 2 and "longest" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_card_names_no_path_of_this_machine_unless_asked(engine, db_url, tmp_path):
+    """A card is written to be published: a local source by its name and content hash (or its
+    path under --card-root), the paths in the command by their names; absolute only with
+    --card-paths full."""
+    source = tmp_path / "mine" / "sweep"
+    generate_dataset(source, "tiny", runs=1, seed=3)
+    assert ingest(engine, [str(source)]).errors == []
+    outs = {}
+    for name, options in (("private", ()), ("rooted", ("--card-root", str(tmp_path / "mine"))),
+                          ("full", ("--card-paths", "full"))):
+        outs[name] = tmp_path / name
+        made = run_cli(db_url, "export", "hub", str(outs[name]), "--source", str(source), *options)
+        assert made.returncode == 0, made.stderr
+    card = {name: (out / "README.md").read_text() for name, out in outs.items()}
+    assert str(tmp_path) not in card["private"] and str(tmp_path) not in card["rooted"]
+    assert "| sweep | parquet | sweep (sha256:" in card["private"] and "- sources: `sweep`" in card["private"]
+    assert "| sweep | parquet | sweep | 1 |" in card["rooted"]
+    assert f"| sweep | parquet | {source} | 1 |" in card["full"] and f"export hub {outs['full']} " in card["full"]
+    # The same rows, whatever the card says.
+    assert all((outs["private"] / "data" / p.name).read_bytes() == p.read_bytes()
+               for p in (outs["full"] / "data").iterdir())
+    both = run_cli(db_url, "export", "hub", str(tmp_path / "both"), "--card-paths", "full", "--card-root", "/")
+    assert both.returncode == 2 and "not both" in both.stderr and not (tmp_path / "both").exists()

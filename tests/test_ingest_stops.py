@@ -96,7 +96,9 @@ def test_a_lost_postgresql_connection_stops_the_ingest_in_one_line(backend, db_u
 
     database = engine.url.database
     proc = start_cli(db_url, "ingest", str(src))
-    admin = psycopg.connect(os.environ["WAREHOUSE_TEST_PG_URL"], autocommit=True)
+    from conftest import _pg_admin_conninfo  # the server of WAREHOUSE_TEST_PG_URL, however it is written
+
+    admin = psycopg.connect(_pg_admin_conninfo(), autocommit=True)
     try:
         while True:  # until a unit is in
             with engine.connect() as conn:

@@ -373,7 +373,7 @@ def test_a_threshold_is_finite_and_within_0_1_or_the_rewards(url, engine):
 
     import warehouse
     from sqlalchemy import text
-    from warehouse.errors import OptionError
+    from warehouse.errors import ArgumentValueError
 
     with warehouse.open(url) as wh:
         for bad, says in [(math.nan, "--threshold must be a finite number, not nan"),
@@ -383,7 +383,7 @@ def test_a_threshold_is_finite_and_within_0_1_or_the_rewards(url, engine):
                           (1.5, "--threshold must lie between 0 and 1")]:
             for name in ("runs", "pass-rate", "solve-matrix", "pass-at-k", "compare", "compare-test"):
                 given = {"a": "run-a", "b": "run-b"} if name.startswith("compare") else {}
-                with pytest.raises(OptionError, match=f"^{says}"):
+                with pytest.raises(ArgumentValueError, match=f"^{says}"):
                     wh.query(name, threshold=bad, **given)
         assert wh.query("runs", threshold=0).rows  # 0 and 1 are always allowed
     # Rewards beyond [0, 1] (a score out of 40): thresholds up to the highest stored are questions.

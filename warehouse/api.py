@@ -12,7 +12,9 @@ Reads go through the read-only path every read command takes (warehouse.readonly
 that cannot write, the schema checked first) and leave the database as they found them; only
 `ingest` writes. Opening connects to nothing: a missing SQLite file is not created by a read
 (which raises the no-warehouse error), and `ingest` creates it. Errors a user can act on are
-WarehouseErrors with one-line messages, as the CLI prints them.
+WarehouseErrors with one-line messages, as the CLI prints them; an argument of the wrong type
+or value is one too, a UsageError (warehouse.arguments), which is also a TypeError or a
+ValueError.
 
 Heavy modules (the ingest pipeline, pyarrow, pandas, the ORM models) are imported by the
 methods that need them: `import warehouse` stays cheap for the CLI.
@@ -29,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
+from warehouse import arguments as check
 from warehouse.db.engine import make_engine, make_read_engine, redact, resolve_url
-from warehouse.errors import WarehouseError, database_error, first_line, interruption
+from warehouse.errors import ArgumentValueError, WarehouseError, database_error, first_line, interruption
 from warehouse.readonly import DEFAULT_MAX_ROW_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_VALUE_BYTES, DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
@@ -122,7 +125,7 @@ class Warehouse:
     _write_engine: Engine | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.url = resolve_url(None if self.db is None else os.fspath(self.db))
+        self.url = resolve_url(check.optional_path(self.db, "db"))
 
     def __repr__(self) -> str:
         return f"Warehouse({redact(self.url)!r})"
@@ -212,9 +215,15 @@ class Warehouse:
         `run` names every run the sources' rows belong to (and is the run of rows that carry
         none); `label` gives them labels: "key=value", several, or a dict."""
         from ingest.pipeline import ingest
+        from ingest.report import Progress
         from warehouse.runs import label_pairs
 
-        specs = [os.fspath(sources)] if isinstance(sources, (str, os.PathLike)) else list(map(os.fspath, sources))
+        specs = check.paths(sources, "sources")
+        check.optional_text(run, "run")
+        check.labels(label)
+        check.flag(keep_going, "keep_going")
+        check.instance(progress, Progress, "progress")
+        check.optional_callable(warn, "warn")
         # Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
         # system allocator returns them, which keeps the process's memory flat. Arrow reads this
         # when it first allocates (it is imported only once a shard needs reading).
@@ -247,10 +256,13 @@ class Warehouse:
         "key=value", several, or a dict."""
         from warehouse.queries import QUERIES, run_canned
 
+        check.text(name, "the query's name")
         canned = QUERIES.get(name) or QUERIES.get(name.replace("_", "-"))
         if canned is None:
             raise WarehouseError(f"no canned query {name!r}: the queries are {', '.join(QUERIES)}")
-        filters = _filters(run=run, task=task, model=model, agent=agent, label=label)
+        filters = _filters(run=check.texts(run, "run"), task=check.texts(task, "task"),
+                           model=check.texts(model, "model"), agent=check.texts(agent, "agent"),
+                           label=check.labels(label))
         canned.values(params)  # a parameter it has not, a value it refuses: before connecting
         self._ready_for_reads()
         with _errors():
@@ -280,6 +292,10 @@ class Warehouse:
         The same caps as `sql`."""
         from warehouse.readonly import stream_readonly
 
+        check.text(text, "the SQL")
+        params = check.mapping(params, "params")
+        check.optional_integer(max_rows, "max_rows", 0)
+        check.optional_integer(max_value_bytes, "max_value_bytes", 1)
         self._ready_for_reads()
         with _errors(), stream_readonly(self.url, text, {**(params or {}), **binds}, timeout=timeout,
                                         max_rows=max_rows, max_value_bytes=max_value_bytes,
@@ -292,6 +308,10 @@ class Warehouse:
         turn with a snippet; at most `limit` (`truncated`: there were more)."""
         from warehouse.search import search
 
+        check.text(text, "the search text")
+        for value, what in ((run, "run"), (task, "task"), (role, "role")):
+            check.optional_text(value, what)
+        check.integer(limit, "limit", 1)
         self._ready_for_reads()
         with _errors():
             found = search(self.url, text, run=run, task=task, role=role, limit=limit, timeout=timeout)
@@ -302,11 +322,14 @@ class Warehouse:
         a trial id): the trial's fields and its chosen episodes with their turns, texts exact."""
         from warehouse.show import load_trajectory
 
+        trial = check.trial(trial)
+        check.optional_integer(episode, "episode", 0)
+        check.flag(all_episodes, "all_episodes")
         if episode is not None and all_episodes:
             raise WarehouseError("give episode or all_episodes, not both")
         engine = self.read_engine()
         with _errors():
-            return load_trajectory(engine, str(trial), episode=episode, all_episodes=all_episodes)
+            return load_trajectory(engine, trial, episode=episode, all_episodes=all_episodes)
 
 
 def _filters(*, run: Any, task: Any, model: Any, agent: Any, label: Any) -> Filters | None:
@@ -329,3 +352,5 @@ def _errors() -> Iterator[None]:
         if (stop := interruption(exc)) is not None:
             raise stop from None
         raise database_error(exc) from None
+    except OverflowError as exc:  # a bound int the driver cannot send (SQLite's are 64-bit)
+        raise ArgumentValueError(f"a parameter does not fit the database's integers: {first_line(exc)}") from None

@@ -21,8 +21,11 @@ in row groups of at most ROW_GROUP_ROWS rows or ROW_GROUP_BYTES of text.
 from __future__ import annotations
 
 import base64
+import functools
+import hashlib
 import itertools
 import json
+import os
 import re
 import shlex
 from collections import Counter
@@ -77,6 +80,65 @@ CONFLICT_COLUMNS = {"agent": "agent", "model": "model", "model_provider": "model
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+@dataclass(frozen=True)
+class CardPaths:
+    """How the dataset card names what is local to this machine: a source ingested from a local
+    path, and the paths in the command line it quotes. A card is written to be published, so by
+    default no absolute path of the machine is in it: a local source under `root` is named by
+    its path relative to `root`; any other by its folder's (or file's) name and a content hash,
+    sha256 over its units' names and content hashes as the ledger holds them (`name
+    (sha256:0123456789abcdef)`); a path in the command by its path relative to `root`, else its
+    name. `full`: every path as it is. A Hub source is its id, with the revision ingested
+    (`org/name@revision`); so is a local snapshot of one in the Hub's cache."""
+
+    root: Path | None = None
+    full: bool = False
+
+    def __post_init__(self) -> None:
+        if self.full and self.root is not None:
+            raise WarehouseError("the card's paths are either full or relative to a root, not both")
+
+    def path(self, value: str) -> str:
+        """A local path as the card shows it (a relative one, as typed, is left as it is)."""
+        if self.full or not os.path.isabs(os.path.expanduser(value)):
+            return value
+        path = Path(os.path.expanduser(value))
+        return self._relative(path) or path.name or "/"
+
+    def _relative(self, path: Path) -> str | None:
+        """`path` relative to the root, if it is under it."""
+        if self.root is None:
+            return None
+        root = self.root.expanduser().absolute()
+        return path.relative_to(root).as_posix() if path == root or root in path.parents else None
+
+    def source(self, conn: Connection, source_id: int, kind: str, uri: str, name: str, revision: str | None) -> str:
+        """A source (its row of the sources table) as the card names it."""
+        if kind == "hub" or (revision and "/" in name and not self.full):
+            return f"{name}@{revision}" if revision else name
+        if self.full:
+            return uri
+        if (relative := self._relative(Path(uri))) is not None:
+            return relative
+        units = conn.execute(select(LOADS.c.unit, LOADS.c.content_hash).where(
+            LOADS.c.source_id == source_id, LOADS.c.status == "loaded").order_by(LOADS.c.unit, LOADS.c.id))
+        digest = hashlib.sha256("".join(f"{unit}\t{content}\n" for unit, content in units).encode()).hexdigest()
+        return f"{Path(uri).name} (sha256:{digest[:16]})"
+
+    def command(self, args: Sequence[str]) -> list[str]:
+        """A command line with the local paths in it named as `path` names them: arguments,
+        `--option=value` values, and the file of a `sqlite:///` URL."""
+        shown = []
+        for arg in args:
+            option, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+            if value.startswith("sqlite:///") and os.path.isabs(value[len("sqlite:///"):]):
+                value = "sqlite:///" + self.path(value[len("sqlite:///"):])
+            else:
+                value = self.path(value)
+            shown.append(f"{option}{eq}{value}")
+        return shown
+
+
 @dataclass
 class ExportInfo:
     out_dir: Path
@@ -96,13 +158,14 @@ class ExportInfo:
 def export_hub(engine: Engine, out_dir: str | Path, filters: Filters | None = None,
                sources: Sequence[str] | None = None, *, pick: Pick | None = None,
                command: Sequence[str] | None = None, force: bool = False,
-               timeout: float = DEFAULT_PICK_TIMEOUT) -> ExportInfo:
+               timeout: float = DEFAULT_PICK_TIMEOUT, card_paths: CardPaths = CardPaths()) -> ExportInfo:
     """Write the rows of `sources` (names or URIs; none: every run's episodes), narrowed by
     `filters` (warehouse.filters: runs, tasks, models, agents, labels) and `pick`
     (warehouse.selection), as a Hub dataset in `out_dir`, which must be missing or empty unless
-    `force`. `command` is the command line the card names. `timeout`: the seconds the trials
-    may take to pick (the statement holding the filters and --where, run as `warehouse sql`
-    runs a query); writing them out is not timed."""
+    `force`. `command` is the command line the card names; `card_paths`, how the card names
+    local paths (CardPaths: by default, never absolute). `timeout`: the seconds the trials may
+    take to pick (the statement holding the filters and --where, run as `warehouse sql` runs a
+    query); writing them out is not timed."""
     check_timeout(timeout)
     out = Path(out_dir)
     info = ExportInfo(out_dir=out)
@@ -127,7 +190,7 @@ def export_hub(engine: Engine, out_dir: str | Path, filters: Filters | None = No
                 info.files.append(out / "data" / name)
                 info.rows_per_file.append(shard.n_rows)
             parts.rmdir()
-            _write_card(staging / "README.md", conn, selection, info, builder, command)
+            _write_card(staging / "README.md", conn, selection, info, builder, command, card_paths)
         info.notes += builder.notes()
     return info
 
@@ -575,7 +638,7 @@ CARD_LOADS = 100
 
 
 def _write_card(path: Path, conn: Connection, sel: _Selection, info: ExportInfo, builder: _RowBuilder,
-                command: Sequence[str] | None) -> None:
+                command: Sequence[str] | None, paths: CardPaths) -> None:
     """README.md: the Hub's YAML front matter (configs, `dataset_info` features and row count)
     and what the rows are and where they came from. Dated by the warehouse's last load rather
     than the clock, so two exports of the same warehouse are the same bytes."""
@@ -589,9 +652,9 @@ def _write_card(path: Path, conn: Connection, sel: _Selection, info: ExportInfo,
         dataset_info=dataset_info, tags=["agent-trajectories", "harbor"]).to_yaml()
     what = []
     if command:
-        what.append(f"command: `{shlex.join(command)}`")
+        what.append(f"command: `{shlex.join(paths.command(command))}`")
     if sel.source_labels:
-        what.append("sources: " + ", ".join(f"`{s}`" for s in sel.source_labels))
+        what.append("sources: " + ", ".join(f"`{paths.path(s)}`" for s in sel.source_labels))
     what += _describe_filters(sel.filters)
     if sel.pick:
         what += sel.pick.describe()
@@ -607,7 +670,7 @@ def _write_card(path: Path, conn: Connection, sel: _Selection, info: ExportInfo,
         f"- files: {len(info.files)}", "",
         "## Provenance", "",
         f"The warehouse as of its last load, {_when(as_of)}, at schema revision {revision}.", "",
-        *_provenance(conn, builder),
+        *_provenance(conn, builder, paths),
     ]
     path.write_text("\n".join(lines), encoding="utf-8")
 
@@ -622,7 +685,7 @@ def _describe_filters(filters: Filters) -> list[str]:
     return lines
 
 
-def _provenance(conn: Connection, builder: _RowBuilder) -> list[str]:
+def _provenance(conn: Connection, builder: _RowBuilder, paths: CardPaths) -> list[str]:
     """Markdown tables of the runs, sources and loads the rows came from, with their row counts."""
     lines = ["| run_key | name | labels | rows |", "|---|---|---|---|"]
     runs = builder._select_in(select(RUNS.c.id, RUNS.c.run_key, RUNS.c.name), RUNS.c.id, builder.rows_by_run)
@@ -631,7 +694,8 @@ def _provenance(conn: Connection, builder: _RowBuilder) -> list[str]:
         shown = " ".join(f"{k}={v}" for k, v in labels.get(run_id, {}).items())
         lines.append(f"| {_cell(key)} | {_cell(name)} | {_cell(shown)} | {builder.rows_by_run[run_id]} |")
     stmt = (select(LOADS.c.id, LOADS.c.unit, LOADS.c.content_hash, SOURCES.c.id.label("source_id"), SOURCES.c.kind,
-                   SOURCES.c.name, SOURCES.c.uri).join_from(LOADS, SOURCES, SOURCES.c.id == LOADS.c.source_id))
+                   SOURCES.c.name, SOURCES.c.uri, SOURCES.c.revision)
+            .join_from(LOADS, SOURCES, SOURCES.c.id == LOADS.c.source_id))
     loads = sorted(builder._select_in(stmt, LOADS.c.id, builder.rows_by_load), key=lambda r: r.id)
     sources: dict[int, list] = {}
     for load in loads:
@@ -640,7 +704,8 @@ def _provenance(conn: Connection, builder: _RowBuilder) -> list[str]:
     for group in sorted(sources.values(), key=lambda g: g[0].source_id):
         first = group[0]
         rows = sum(builder.rows_by_load[load.id] for load in group)
-        lines.append(f"| {_cell(first.name)} | {first.kind} | {_cell(first.uri)} | {len(group)} | {rows} |")
+        shown = paths.source(conn, first.source_id, first.kind, first.uri, first.name, first.revision)
+        lines.append(f"| {_cell(first.name)} | {first.kind} | {_cell(shown)} | {len(group)} | {rows} |")
     if len(loads) <= CARD_LOADS:
         lines += ["", "| load | source | unit | content hash | rows |", "|---|---|---|---|---|"]
         lines += [f"| {load.id} | {_cell(load.name)} | {_cell(load.unit)} | {_cell(load.content_hash)} | "

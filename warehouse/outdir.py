@@ -1,5 +1,10 @@
 """Writing an export folder: refuse to clobber, replace only what the export writes, and never
-leave a half-written export behind."""
+leave a half-written export behind.
+
+OUT itself is created, its parent never: a parent that does not exist is refused (as mkdir
+without -p, cp or a shell redirection refuse it), so a mistyped path builds no tree, and a
+failed export leaves nothing behind, no folder made for it included. `warehouse report` holds
+its OUT.html to the same rule (check_parent)."""
 
 from __future__ import annotations
 
@@ -9,13 +14,30 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from warehouse.errors import WarehouseError
+from warehouse.errors import WarehouseError, first_line
 
 STAGING_PREFIX = ".export-"
 
 
+def check_parent(out: Path) -> None:
+    """OUT's parent must be an existing folder (see the module docstring)."""
+    parent = out.absolute().parent
+    if parent.is_dir():
+        return
+    if parent.exists():
+        raise WarehouseError(f"{out}: {out.parent} is not a directory")
+    raise WarehouseError(f"{out}: {out.parent} does not exist (create it first: only OUT itself is created)")
+
+
+def write_error(out: Path, exc: OSError) -> WarehouseError:
+    """An OSError met while writing OUT (a read-only folder, a full disk, a file-size limit) as
+    one line naming OUT (the file it happened to is a temporary one: not worth naming)."""
+    return WarehouseError(f"{out}: cannot write: {exc.strerror or first_line(exc)}")
+
+
 def check_out_dir(out: Path, force: bool) -> None:
-    """OUT must be missing or an empty folder, unless `force`."""
+    """OUT must be missing or an empty folder, unless `force`; its parent must exist."""
+    check_parent(out)
     if out.exists() and not out.is_dir():
         raise WarehouseError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
@@ -33,8 +55,13 @@ def staged_output(out: Path, force: bool, replaced: list[str] | None = None) -> 
     `replaced` receives what was in OUT and got replaced, one entry each ("data/ (12 files)")."""
     check_out_dir(out, force)
     created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
+    try:
+        out.mkdir(exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
+    except OSError as exc:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise write_error(out, exc) from None
     try:
         yield staging
         for entry in sorted(staging.iterdir()):
@@ -43,10 +70,12 @@ def staged_output(out: Path, force: bool, replaced: list[str] | None = None) -> 
                 replaced.append(_describe(target))
             _remove(target)
             entry.rename(target)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(staging, ignore_errors=True)
-        if created:  # (missing parents it made stay: they may have been anyone's)
+        if created:
             shutil.rmtree(out, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise write_error(out, exc) from None
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -30,6 +30,7 @@ from warehouse.db.engine import redact
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
+from warehouse.outdir import check_parent, write_error
 from warehouse.queries import QUERIES, run_canned
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult
 from warehouse.runs import labels_of
@@ -72,6 +73,8 @@ def require_plotly() -> None:
 
 
 def check_out(out: Path, force: bool) -> None:
+    """OUT must not exist, unless `force`; its folder must (warehouse.outdir.check_parent)."""
+    check_parent(out)
     if out.is_dir():
         raise WarehouseError(f"{out}: is a directory (give the HTML file to write)")
     if (out.exists() or out.is_symlink()) and not force:
@@ -398,7 +401,6 @@ def _s(n: int) -> str:
 def _write_atomically(out: Path, page: str, force: bool) -> None:
     """Write beside OUT and rename over it, so OUT is never half-written: an error (a full disk,
     Ctrl-C) leaves it as it was and removes the temporary file."""
-    out.parent.mkdir(parents=True, exist_ok=True)
     temp = out.with_name(f".{out.name}.{secrets.token_hex(4)}.tmp")
     try:
         # os.open honours the umask, as the page written in place would (mkstemp's files are 0600).
@@ -408,6 +410,11 @@ def _write_atomically(out: Path, page: str, force: bool) -> None:
             os.fsync(f.fileno())
         check_out(out, force)  # again: a file may have appeared while the report was built
         os.replace(temp, out)
-    except BaseException:
-        temp.unlink(missing_ok=True)
+    except BaseException as exc:
+        try:
+            temp.unlink(missing_ok=True)
+        except OSError:  # (never made: a folder that cannot be written)
+            pass
+        if isinstance(exc, OSError):
+            raise write_error(out, exc) from None
         raise

@@ -69,11 +69,15 @@ def load_trajectory(engine: Engine, ref: str, *, episode: int | None = None,
     return out
 
 
+MAX_ID = 2**63 - 1  # the largest id a BIGINT (SQLite's INTEGER) holds
+
+
 def find_trial(conn: Connection, ref: str) -> int:
     """A trial id from a trial id (digits), a trial name, or RUN/TRIAL when the name is in
     several runs (RUN: a key, a unique prefix of it, or a name). Run keys may hold slashes (Hub
     dataset names), so RUN/TRIAL splits at the last."""
-    if ref.isdigit():
+    # An id is ASCII digits ("²" and "١٢" pass isdigit()) within the id column's 64 bits.
+    if ref.isascii() and ref.isdigit() and int(ref) <= MAX_ID:
         found = conn.execute(select(TRIALS.c.id).where(TRIALS.c.id == int(ref))).scalar()
         if found is not None:
             return found

@@ -23,22 +23,22 @@ SUCCESS_THRESHOLD = 1.0
 
 
 def check_threshold(value: float, conn: Connection | None = None) -> float:
-    """A success threshold as given (--threshold, `threshold=`), or OptionError in one line: a
+    """A success threshold as given (--threshold, `threshold=`), or ArgumentValueError in one line: a
     finite number, in [0, 1] (the rewards of most verifiers) or, where the stored rewards reach
     further (Harbor's rewards are any floats: a score out of 100, a negative penalty), within
     them. Beyond both, every trial with a reward or none would succeed whatever the value: a
     slip (`5` for `0.5`, `-5`), not a question. `conn` looks up the rewards' range (only for a
     value outside [0, 1]); without it only finiteness is checked."""
-    from warehouse.errors import OptionError
+    from warehouse.errors import ArgumentValueError
 
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise OptionError(f"--threshold must be a finite number, not {value!r}")
+        raise ArgumentValueError(f"--threshold must be a finite number, not {value!r}")
     if conn is None or 0 <= value <= 1:
         return value
     low, high = conn.execute(text("SELECT min(reward), max(reward) FROM trials")).one()
     low, high = min(0.0, low if low is not None else 0.0), max(1.0, high if high is not None else 1.0)
     if not low <= value <= high:
-        raise OptionError(f"--threshold must lie between {low:g} and {high:g} (0 to 1, or further where "
+        raise ArgumentValueError(f"--threshold must lie between {low:g} and {high:g} (0 to 1, or further where "
                           f"the rewards stored do), not {value:g}")
     return value
 

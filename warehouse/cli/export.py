@@ -18,8 +18,8 @@ app = typer.Typer(no_args_is_help=True, help="""Write warehouse contents out as 
     Examples:
 
     \b
-      warehouse export hub out/sample --source sample
-      warehouse export tables out/tables
+      warehouse export hub sample-copy --source sample
+      warehouse export tables tables
     """)
 root.add_typer(app, name="export")
 
@@ -38,6 +38,11 @@ class PerTask(str, Enum):
 class Episodes(str, Enum):
     all = "all"
     last = "last"
+
+
+class CardPathsChoice(str, Enum):
+    private = "private"
+    full = "full"
 
 
 @app.command()
@@ -72,6 +77,12 @@ def hub(
     episodes: Annotated[Episodes, typer.Option(
         "--episodes", help="Every episode of the trials (all), or the last of each main trajectory, "
         "as `harbor traces export --episodes last` (last).")] = Episodes.all,
+    card_paths: Annotated[CardPathsChoice, typer.Option(
+        "--card-paths", help="How README.md names local sources and the paths in the command it quotes: "
+        "private (their path relative to --card-root, else their name and content hash) or full "
+        "(absolute paths of this machine).")] = CardPathsChoice.private,
+    card_root: Annotated[Optional[Path], typer.Option(
+        "--card-root", metavar="DIR", help="README.md names local sources and paths under DIR relative to it.")] = None,
     force: Force = False,
     timeout: Annotated[float, typer.Option(
         "--timeout", metavar="SECONDS",
@@ -79,6 +90,9 @@ def hub(
         "writing them is not timed.")] = DEFAULT_PICK_TIMEOUT,
 ) -> None:
     """Write a Hub-shaped dataset: README.md + data/*.parquet.
+
+    README.md, the dataset card, is written to be published: it names a Hub source by its id and
+    revision, and no absolute path of this machine unless --card-paths full.
 
     By source, each ingested shard comes back with its own file name, columns, types and rows.
     By run (or, without --run and --source, every run), each episode once, under the union of
@@ -91,19 +105,22 @@ def hub(
     Examples:
 
     \b
-      warehouse export hub out/sample --source sample
-      warehouse export hub out/one-run --run 9f8c2915 --force
-      warehouse export hub out/sft --solved --per-task shortest --episodes last
+      warehouse export hub sample-copy --source sample
+      warehouse export hub one-run --run 9f8c2915 --force
+      warehouse export hub sft --solved --per-task shortest --episodes last
     """
+    if card_root is not None and card_paths is CardPathsChoice.full:
+        raise typer.BadParameter("give --card-root or --card-paths full, not both", param_hint="--card-root")
     engine = state(ctx).read_engine()
-    from warehouse.export import export_hub  # pyarrow: imported by the commands that use it
+    from warehouse.export import CardPaths, export_hub  # pyarrow: imported by the commands that use it
     from warehouse.filters import Filters
     from warehouse.selection import Pick
 
     filters = Filters.of(run=run, task=task, model=model, agent=agent, label=label)
+    paths = CardPaths(root=card_root, full=card_paths is CardPathsChoice.full)
     pick = Pick(solved=solved, threshold=threshold, where=where, per_task=per_task.value, episodes=episodes.value)
     info = export_hub(engine, out, filters, sources=source, pick=pick, command=_command_line(), force=force,
-                      timeout=timeout)
+                      timeout=timeout, card_paths=paths)
     if info.note:
         typer.echo(f"note: {info.note}", err=True)
     for note in info.notes:
@@ -142,8 +159,8 @@ def tables(ctx: typer.Context, out: Out, force: Force = False) -> None:
     Examples:
 
     \b
-      warehouse export tables out/tables
-      warehouse export tables out/tables --force
+      warehouse export tables tables
+      warehouse export tables tables --force
     """
     engine = state(ctx).read_engine()
     from warehouse.export_tables import export_tables

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-from contextlib import contextmanager
 from typing import Annotated, Optional
 
 import typer
@@ -14,29 +12,8 @@ from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import echo_err
 from warehouse.cli.progress import ProgressLine
-from warehouse.errors import interruption
+from warehouse.errors import Interrupted, ignore_stops, interruption, stop_signal
 from warehouse.runs import parse_labels
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM, raised where the ingest is, as Ctrl-C's KeyboardInterrupt is: the unit being
-    written rolls back on the way out (and psycopg cancels a statement in flight, a wait for
-    the write lock included, as it does for Ctrl-C)."""
-
-    signum = signal.SIGTERM
-
-
-def _raise_interrupted(_signum, _frame) -> None:
-    raise Interrupted()
-
-
-@contextmanager
-def _sigterm_interrupts():
-    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @app.command()
@@ -80,19 +57,19 @@ def ingest(
     wh = state(ctx).warehouse
     failed = False
     try:
-        with _sigterm_interrupts():
-            labels = parse_labels(label or ())  # a bad label before anything is written
-            try:
-                summary = wh.ingest(sources, run=run, label=labels, keep_going=keep_going, progress=bar, warn=warn)
-            except IngestError as exc:  # each failure was reported as it happened
-                summary, failed = exc.report, True
+        labels = parse_labels(label or ())  # a bad label before anything is written
+        try:
+            summary = wh.ingest(sources, run=run, label=labels, keep_going=keep_going, progress=bar, warn=warn)
+        except IngestError as exc:  # each failure was reported as it happened
+            summary, failed = exc.report, True
     except (KeyboardInterrupt, Exception) as exc:  # (by now the reader process is stopped and reaped)
         stop = interruption(exc)
         if stop is None:
             raise
-        signum = getattr(stop, "signum", signal.SIGINT)
-        echo_err(f"Error: interrupted ({signum.name}): finished units kept, the current one rolled back")
-        raise typer.Exit(128 + signum) from None
+        # The one line is warehouse.__main__'s, as for a stop anywhere else.
+        raise Interrupted(stop_signal(stop), "finished units kept, the current one rolled back") from None
+    # Every unit is written: a stop now could only cut the report short.
+    ignore_stops()
     for note in summary.notes[:50]:
         echo_err(f"warning: {note}")
     if len(summary.notes) > 50:

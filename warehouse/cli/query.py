@@ -12,7 +12,7 @@ import typer
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
-from warehouse.errors import OptionError, WarehouseError
+from warehouse.errors import ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param
 from warehouse.readonly import DEFAULT_TIMEOUT
@@ -134,7 +134,7 @@ def _register(query: CannedQuery) -> None:
         try:
             query.values(values)  # a value the option's type lets through but the query refuses
             filters = Filters.of(**narrowed)
-        except OptionError:
+        except ArgumentValueError:
             raise  # a value outside its range: one line, as --confidence's and --timeout's
         except WarehouseError as exc:
             raise typer.BadParameter(str(exc)) from None

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from warehouse.errors import OptionError, WarehouseError
+from warehouse.errors import ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, reads_more, run_canned, sql_file
 from warehouse.queries.stats import (bootstrap_counts, interpolate, mcnemar_exact, pass_at_k, percentile,
@@ -71,9 +71,9 @@ def _uncertainty(values: Mapping[str, Any]) -> tuple[float, int]:
     """--confidence and --resamples, checked: (confidence, resamples)."""
     confidence, resamples = values["confidence"], values.get("resamples", 1)
     if not 0 < confidence < 1:
-        raise OptionError(f"--confidence must lie strictly between 0 and 1, not {confidence}")
+        raise ArgumentValueError(f"--confidence must lie strictly between 0 and 1, not {confidence}")
     if resamples < 1:
-        raise OptionError(f"--resamples must be at least 1, not {resamples}")
+        raise ArgumentValueError(f"--resamples must be at least 1, not {resamples}")
     return confidence, resamples
 
 

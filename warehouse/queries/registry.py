@@ -36,7 +36,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 
-from warehouse.errors import OptionError, WarehouseError
+from warehouse.errors import ArgumentTypeError, ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, readonly_session
 from warehouse.runs import resolve_run
@@ -91,9 +91,12 @@ class Param:
             return int(bool(value))
         if self.type is IntList:
             return IntList.parse(value)
-        value = self.type(getattr(value, "value", value))  # Enum members from the CLI
+        try:
+            value = self.type(getattr(value, "value", value))  # Enum members from the CLI
+        except (TypeError, ValueError):  # an API caller's value ("x" for a number)
+            raise ArgumentTypeError(f"{self.option} must be a {self.type.__name__}, not {value!r}") from None
         if self.type is float and not math.isfinite(value):
-            raise OptionError(f"{self.option} must be a finite number, not {value}")
+            raise ArgumentValueError(f"{self.option} must be a finite number, not {value}")
         if self.by_label and str(value).startswith("label:"):
             if not value[len("label:"):]:
                 raise WarehouseError(f"{self.option} label:KEY needs a label key")
