@@ -217,7 +217,7 @@ def test_a_sweep_cut_to_its_shortest_solutions_ingests_back_as_nothing_new(engin
         f"sqlite:///{Path(url.database).name}"
     assert f"- command: `{shlex.join(['warehouse', '--db', shown, 'export', 'hub', out.name, '--solved', '--per-task', 'shortest'])}`" in card
     assert not url.password or f":{url.password}@" not in card  # the password never reaches the card
-    assert "at schema revision " in card and f"| sweep | parquet | sweep (sha256:" in card
+    assert "at schema revision " in card and "| sweep | parquet | sweep (sha256:" in card
     assert str(tmp_path) not in card
 
 

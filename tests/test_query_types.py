@@ -9,7 +9,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 from decimal import Decimal
 
-import pytest
 
 import query_fixture
 from warehouse.db import schema

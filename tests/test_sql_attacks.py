@@ -21,6 +21,7 @@ import canonical
 import query_fixture
 from conftest import PG_URL, _fresh_pg, _pg_admin_conninfo
 from ingest.bulk import PG_WRITE_LOCK
+from procs import run_with_peak
 from query_fixture import cli
 from sql_attacks import CASES, SIZED, WHERE
 from warehouse.db import schema
@@ -173,27 +174,6 @@ def _untouched(wh, scratch, statement, allowed):
         assert _server_state(witness) == wh["server"], statement
 
 
-# Runs a command and writes its peak resident memory (KB) to the descriptor its first argument names. A child's ru_maxrss starts
-# at its parent's resident size when it was forked (Linux keeps the high-water mark across
-# exec), so the CLI is forked from this small process rather than from the test worker, whose
-# own size would be all the test saw.
-_PEAK_OF = """
-import os, signal, sys
-report, command = int(sys.argv[1]), sys.argv[2:]
-pid = os.fork()
-if pid == 0:
-    os.close(report)
-    os.execv(command[0], command)
-_, status, usage = os.wait4(pid, 0)
-os.write(report, str(usage.ru_maxrss).encode())
-code = os.waitstatus_to_exitcode(status)
-if code < 0:
-    signal.signal(-code, signal.SIG_DFL)
-    os.kill(os.getpid(), -code)
-sys.exit(code)
-"""
-
-
 def _run(url: str, statement: str, cwd: str, options: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, int]:
     """`warehouse sql` on the statement: see _peak."""
     return _peak([*_SQL_OPTIONS, *options, statement], url, cwd)
@@ -207,20 +187,7 @@ def _peak(command: list[str], url: str, cwd: str) -> tuple[subprocess.CompletedP
     Run from the scratch folder, so a file written relative to the CLI's folder shows too."""
     args = [sys.executable, "-m", "warehouse", "--db", url, *command]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")])}
-    peak_r, peak_w = os.pipe()
-    try:
-        done = subprocess.run([sys.executable, "-c", _PEAK_OF, str(peak_w), *args], capture_output=True,
-                              text=True, stdin=subprocess.DEVNULL, cwd=cwd, env=env, timeout=TIMEOUT + 60,
-                              pass_fds=(peak_w,))
-        os.close(peak_w)
-        peak_w = -1
-        peak = os.read(peak_r, 64)
-    finally:
-        if peak_w >= 0:
-            os.close(peak_w)
-        os.close(peak_r)
-    done.args = args
-    return done, int(peak or 0)
+    return run_with_peak(args, stdin=subprocess.DEVNULL, cwd=cwd, env=env, timeout=TIMEOUT + 60)
 
 
 @pytest.mark.parametrize("role", ["superuser", "ordinary"])

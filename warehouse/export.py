@@ -21,7 +21,6 @@ in row groups of at most ROW_GROUP_ROWS rows or ROW_GROUP_BYTES of text.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import itertools
 import json

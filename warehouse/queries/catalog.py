@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from warehouse.errors import ArgumentValueError, WarehouseError
+from warehouse.errors import ArgumentValueError
 from warehouse.filters import Filters
 from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, reads_more, run_canned, sql_file
 from warehouse.queries.stats import (bootstrap_counts, interpolate, mcnemar_exact, pass_at_k, percentile,
