@@ -9,7 +9,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 from decimal import Decimal
 
-
 import query_fixture
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
