@@ -390,7 +390,7 @@ MISUSES = [
     (lambda wh: wh.ingest([], label=[5]), TypeError, "each label must be a str"),
     (lambda wh: wh.ingest([], label={1: 2}), TypeError, "each key of label"),
     (lambda wh: wh.ingest([], keep_going="yes"), TypeError, "keep_going must be True or False"),
-    (lambda wh: wh.ingest([], progress=5), TypeError, "progress must be an instance of ingest.report.Progress"),
+    (lambda wh: wh.ingest([], progress=5), TypeError, "progress must implement ingest.report.Progress"),
     (lambda wh: wh.ingest([], warn=5), TypeError, "warn must be callable"),
     (lambda wh: wh.query(5), TypeError, "the query's name must be a str"),
     (lambda wh: wh.query("runs", run=5), TypeError, "run must be a str or a list of str"),

@@ -4,7 +4,7 @@ code 128 + the signal's number."""
 
 import sys
 
-from warehouse.errors import interruption, stop_on_sigterm, stop_signal
+from warehouse.errors import ignore_stops, interruption, stop_on_sigterm, stop_signal
 
 
 def main() -> None:
@@ -18,6 +18,10 @@ def main() -> None:
         stop = interruption(exc)
         if stop is None:
             raise
+        # One stop, one line: a second signal, or one already on its way (a tripped SIGINT is
+        # dropped once its handler is SIG_IGN), must neither cut the line short nor end the
+        # process by a KeyboardInterrupt of its own (exit -2 instead of 130, seen 1 in 200).
+        ignore_stops()
         signum = stop_signal(stop)
         detail = getattr(stop, "detail", None)
         print(f"Error: interrupted ({signum.name}){': ' + detail if detail else ''}", file=sys.stderr)

@@ -222,7 +222,7 @@ class Warehouse:
         check.optional_text(run, "run")
         check.labels(label)
         check.flag(keep_going, "keep_going")
-        check.instance(progress, Progress, "progress")
+        check.implements(progress, Progress, "progress")
         check.optional_callable(warn, "warn")
         # Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
         # system allocator returns them, which keeps the process's memory flat. Arrow reads this

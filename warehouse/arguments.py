@@ -127,8 +127,11 @@ def optional_callable(value: Any, name: str) -> Any:
     return value
 
 
-def instance(value: Any, kind: type, name: str) -> Any:
-    if value is not None and not isinstance(value, kind):
-        raise ArgumentTypeError(f"{name} must be an instance of {kind.__module__}.{kind.__qualname__}, "
-                                f"not {_kind(value)}")
+def implements(value: Any, kind: type, name: str) -> Any:
+    """None, or an object with every method `kind` declares (a protocol: the CLI's progress line
+    implements ingest.report.Progress without importing it, which would cost its start-up)."""
+    methods = [m for m in vars(kind) if not m.startswith("_") and callable(getattr(kind, m))]
+    if value is not None and not all(callable(getattr(value, m, None)) for m in methods):
+        raise ArgumentTypeError(f"{name} must implement {kind.__module__}.{kind.__qualname__} "
+                                f"({', '.join(methods)}), not {_kind(value)}")
     return value
