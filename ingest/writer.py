@@ -24,14 +24,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text, update
 
-from ingest import bulk, collector
+from ingest import bulk, collector, settle
 from ingest.prepare import TRIAL_FIELDS, TRIAL_ROW, Batch, prepare
 from ingest.records import Rejected, Run, Trial
 from warehouse import __version__, summaries
 from warehouse.db import models
 from warehouse.db.session import write_transaction
 from warehouse.errors import interruption
-from warehouse.runs import labels_of, set_labels, source_run_name
+from warehouse.runs import dataset_names, labels_of, set_labels, source_run_name
 from warehouse.texts import to_bytes
 
 T = {name: model.__table__ for name, model in {
@@ -99,7 +99,15 @@ def name_source_runs(engine: Engine, source_id: int, name: str | None, *, rename
         out = []
         for run_id, run_key, current in runs:
             wanted = source_run_name(name, run_key, len(runs)) if name else None
-            new_name = wanted if wanted and (current is None or (rename and current != wanted)) else None
+            if rename or not wanted:
+                new_name = wanted if wanted and (current is None or current != wanted) else None
+            else:
+                # Named as if every source were loaded at once: a trace directory's job folder,
+                # else the first dataset's name (warehouse.runs.dataset_names); a name given by
+                # hand (`ingest --run`, `runs rename`) stays.
+                traced, named = dataset_names(conn, run_id, run_key)
+                best = named[0] if named else wanted
+                new_name = best if current is None or (not traced and current in named and current != best) else None
             own = have.get(run_id, {})
             replace = {k: v for k, v in (labels or {}).items() if own.get(k) != v}
             fill = {k: v for k, v in (source_labels or {}).items() if k not in own and k not in (labels or {})}
@@ -157,8 +165,9 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             raise AlreadyLoaded(unit_name)
         writer = None
         try:
-            writer = UnitWriter(conn, load_id)
+            writer = UnitWriter(conn, load_id, from_hub=arrow_schema is not None)
             yield writer
+            writer.settle()
             writer.flush()  # the summaries are computed from the rows written
             summaries.refresh(conn, writer.load_id, writer.touched_trials, writer.linked_runs, writer.left_keys)
             c = writer.counts
@@ -194,10 +203,14 @@ class UnitWriter:
     """Writes batches of trials inside one unit's transaction. Ids looked up here are cached
     for the unit only: a rolled-back unit must not leave ids behind for the next one."""
 
-    def __init__(self, conn: Connection, load_id: int):
+    tables = T
+
+    def __init__(self, conn: Connection, load_id: int, from_hub: bool = True):
         self.conn = conn
         self.bulk = bulk.Bulk(conn)
         self.load_id = load_id
+        # A Parquet shard's rows, or a trace directory (richer: its trial wins, see settle).
+        self.from_hub = from_hub
         self.counts = UnitCounts()
         self._run_ids: dict[str, int] = {}
         self._task_ids: dict[str, int] = {}
@@ -223,8 +236,38 @@ class UnitWriter:
         # miss under one is a new row too. And its episodes: a key repeated within the unit
         # with another conversation is another episode (see _place).
         self._created: dict[str, set[int]] = {"runs": set(), "trials": set(), "episodes": set()}
+        # Order independence (ingest.settle): trials whose Hub rows are placed again when the
+        # unit ends, the Hub rows a trace directory took up from its trial, and episodes given
+        # a row whose columns differ from theirs (placed again if only Hub rows made them).
+        self._unsettled: set[int] = set()
+        self._taken: dict[int, settle.Taken] = {}
+        self._own_columns: set[int] = set()
+        self._live_conflicts: dict[int, int] = {}  # episode conflicts recorded per trial
+        self._named: set[int] = set()  # runs whose name this (trace) unit checked
 
     # -- public ------------------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Place again, all at once, the Hub rows of every trial this unit left in a state that
+        could depend on the order rows came in (ingest.settle)."""
+        if self._own_columns:
+            self._unsettled |= settle.hub_made(self, self._own_columns)
+        for trial_id in sorted(self._unsettled | set(self._taken)):
+            taken = self._taken.pop(trial_id, None) or settle.take_up(self, trial_id)
+            self.counts.n_conflicts -= self._live_conflicts.get(trial_id, 0)
+            self.counts.n_conflict_rows -= self._live_conflicts.get(trial_id, 0)
+            settle.place(self, trial_id, taken)
+        self._unsettled.clear()
+
+    @property
+    def created_episodes(self) -> set[int]:
+        return self._created["episodes"]
+
+    def forget_episodes(self, trial_id: int) -> None:
+        """Drop the cached episodes of a trial whose episodes were rewritten."""
+        for key in [k for k in self._episodes if k[0] == trial_id]:
+            del self._episodes[key]
+        self._fresh.discard("episodes")
 
     def drop_caches(self) -> None:
         """Free what the unit's caches hold, once the unit is written (its counts stay)."""
@@ -259,11 +302,33 @@ class UnitWriter:
             if values:
                 existing = self._execute(select(runs_t).where(runs_t.c.id == self._run_ids[run.run_key])).one()
                 fill = {k: v for k, v in values.items() if getattr(existing, k) is None}
+                if self._renames_run(existing, run.name):
+                    fill["name"] = run.name
                 if fill:
                     self._execute(update(runs_t).where(runs_t.c.id == existing.id).values(**fill))
             if run.labels:
                 self.flush()
                 set_labels(self.conn, self._run_ids[run.run_key], run.labels, replace=False)
+
+    def _renames_run(self, existing, name: str | None) -> bool:
+        """Whether a trace directory's name for a stored run replaces the one it has: a
+        directory names its run before any dataset does (richer data wins), so the name a
+        dataset gave gives way, and a name given by hand stays."""
+        if self.from_hub or not name or existing.name in (None, name):
+            return False
+        return existing.name in dataset_names(self.conn, existing.id, existing.run_key)[1]
+
+    def _name_runs(self, names: dict[str, str]) -> None:
+        """The runs of a trace directory's trials, named by it (_renames_run)."""
+        runs_t = T["runs"]
+        for key, name in names.items():
+            run_id = self._run_ids[key]
+            if run_id in self._created["runs"] or run_id in self._named:
+                continue
+            self._named.add(run_id)
+            existing = self._execute(select(runs_t).where(runs_t.c.id == run_id)).one()
+            if self._renames_run(existing, name):
+                self._execute(update(runs_t).where(runs_t.c.id == run_id).values(name=name))
 
     def add_trials(self, trials: list[Trial], run_names: dict[str, str] | None = None) -> None:
         """Write a batch of trials and their episodes."""
@@ -278,9 +343,15 @@ class UnitWriter:
         self._forget_if_large()
         trials = list(zip(*batch.trials))  # TRIAL_ROW columns
         self._ensure_runs(trials[_RUN_KEY], run_names or {})
+        if not self.from_hub and run_names:
+            self._name_runs(run_names)
         self._ensure_tasks([name for name in trials[_TASK] if name is not None])
         self._ensure_messages(batch.messages)
         trial_ids = self._ensure_trials(trials)
+        if not self.from_hub:
+            known = {t for t in trial_ids if t not in self._created["trials"] and t not in self._taken}
+            for trial_id in sorted(settle.hub_trials(self, known)) if known else ():
+                self._taken[trial_id] = settle.take_up(self, trial_id)
         self._write_episodes(batch, trial_ids)
         if self.bulk.should_flush(self._queued_bytes):
             self.flush(wait=False)
@@ -430,6 +501,9 @@ class UnitWriter:
             self._write_trial(trial_id, kept, {name: value for name, value in incoming.items() if value != kept[name]})
             return
         fill: dict[str, Any] = {}
+        # Which value is kept must not depend on which came first: a trace directory's over a
+        # dataset's (richer data wins), and between two of a kind the smaller (_order_key).
+        richer = None
         for name in TRIAL_FIELDS:
             new, old = incoming[name], kept[name]
             if new is None or new == old:
@@ -437,14 +511,67 @@ class UnitWriter:
             if old is None:
                 fill[name] = new
             elif not _same_instant(old, new) and name not in self._trial_conflicts.get(trial_id, ()):
-                self._conflict("trial", trial_id, name, {name: _jsonable(old)}, {name: _jsonable(new)}, None)
-        if kept["task_id"] is None and incoming["task_id"] is not None:
+                if richer is None:
+                    richer = self._incoming_wins(trial_id)
+                if richer is False or (richer is None and self._order_key(name, new) < self._order_key(name, old)):
+                    fill[name] = new
+                    self._kept_instead(trial_id, name, new, old)
+                else:
+                    self._conflict("trial", trial_id, name, {name: _jsonable(old)}, {name: _jsonable(new)}, None)
+        if incoming["task_id"] is not None and (kept["task_id"] is None or richer is False):
+            if kept["task_id"] not in (None, incoming["task_id"]):
+                self.left_keys.add((run_id, kept["task_id"]))
             fill["task_id"] = incoming["task_id"]
         if kept["status"] == "incomplete" and incoming["status"] == "complete":
             fill["status"] = "complete"
         if incoming["detail"] and incoming["detail"] != kept["detail"]:
-            fill["detail"] = {**(incoming["detail"] or {}), **(kept["detail"] or {})}
+            first, second = (kept, incoming) if richer is False else (incoming, kept)
+            fill["detail"] = {**(first["detail"] or {}), **(second["detail"] or {})}
         self._write_trial(trial_id, kept, fill)
+
+    def _kept_instead(self, trial_id: int, name: str, new: Any, old: Any) -> None:
+        """This unit's value of a trial field is kept instead of the stored one: each other unit
+        of the trial now disagrees with it (a conflict naming that unit and its value, so an
+        export of its source gives its value back), unless it carried this unit's value."""
+        conflicts, trial_loads = T["conflicts"], T["trial_loads"]
+        self.flush()
+        recorded = {row.load_id: row for row in self.conn.execute(
+            select(conflicts.c.id, conflicts.c.load_id, conflicts.c.incoming).where(
+                conflicts.c.entity == "trial", conflicts.c.entity_id == trial_id, conflicts.c.field == name))}
+        for load_id in self.conn.execute(select(trial_loads.c.load_id).where(
+                trial_loads.c.trial_id == trial_id, trial_loads.c.load_id != self.load_id)).scalars():
+            row = recorded.get(load_id)
+            if row is None:
+                self.conflict_row(load_id, "trial", trial_id, name, {name: _jsonable(new)}, {name: _jsonable(old)}, None)
+            elif (row.incoming or {}).get(name) == _jsonable(new):
+                self.conn.execute(conflicts.delete().where(conflicts.c.id == row.id))
+            else:
+                self.conn.execute(update(conflicts).where(conflicts.c.id == row.id).values(kept={name: _jsonable(new)}))
+        if trial_id not in self._trial_conflicts:  # this unit disagreed with the stored trial
+            self.counts.n_trial_conflicts += 1
+        self._trial_conflicts.setdefault(trial_id, set()).add(name)
+
+    def _incoming_wins(self, trial_id: int) -> bool | None:
+        """For a trial whose stored value and this unit's differ: False when this unit's wins
+        by its kind (a trace directory over a trial only datasets gave), True when the stored
+        one does (a dataset's row against a trial a trace directory gave), None when both are
+        of a kind (then the smaller value is kept)."""
+        loads, trial_loads = T["loads"], T["trial_loads"]
+        traced = self._execute(select(trial_loads.c.load_id).join(loads, loads.c.id == trial_loads.c.load_id).where(
+            trial_loads.c.trial_id == trial_id, trial_loads.c.load_id != self.load_id,
+            loads.c.arrow_schema.is_(None)).limit(1)).first() is not None
+        if self.from_hub:
+            return True if traced else None
+        return None if traced else False
+
+    def _order_key(self, name: str, value: Any) -> str:
+        """A value's place in the order that decides between two of a kind: its JSON text, or
+        for the instruction (a message id, which depends on load order) its text's hash."""
+        if name == "instruction_id":
+            messages = T["messages"]
+            digest = self._execute(select(messages.c.content_hash).where(messages.c.id == value)).scalar_one()
+            return bytes(digest).hex()
+        return json.dumps(_jsonable(value), sort_keys=True, default=str)
 
     def _write_trial(self, trial_id: int, kept: dict[str, Any], changes: dict[str, Any]) -> None:
         """Store `changes` to the trial whose TRIAL_COLUMNS are `kept`, and summarize it again."""
@@ -525,9 +652,12 @@ class UnitWriter:
                 turn_rows += rows_of_turns(ep_id, first, n_turns)
                 provenance.append((self.load_id, row_number, ep_id, None))
                 continue
+            if self.from_hub and (place != key or kept_hash != chash):
+                self._unsettled.add(key[0])
             if kept_hash == chash:
                 self.counts.n_episodes_duplicate += 1
             else:
+                self._live_conflicts[key[0]] = self._live_conflicts.get(key[0], 0) + 1
                 # The stored conversation is kept; this row's is kept in the conflict (its texts
                 # are stored messages), so an export of this row's source can give it back.
                 conversation = [[role, mid, turn_extra]
@@ -538,6 +668,8 @@ class UnitWriter:
                 extra = _own_key(extra, key)
             # The row's own extra columns, where they differ from the stored episode's.
             own_extra = None if _extra_key(extra) == kept_extra else (extra or {})
+            if own_extra is not None and self.from_hub:
+                self._own_columns.add(ep_id)
             provenance.append((self.load_id, row_number, ep_id, own_extra))
         self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], _columns(turn_rows, 5))
         self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], _columns(provenance, 4))
@@ -636,6 +768,16 @@ class UnitWriter:
 
     def _conflict(self, entity: str, entity_id: int, field_name: str | None, kept: dict, incoming: dict,
                   row_number: int | None) -> None:
+        self.conflict_row(self.load_id, entity, entity_id, field_name, kept, incoming, row_number)
+
+    def conflict_row(self, load_id: int, entity: str, entity_id: int, field_name: str | None, kept: dict,
+                     incoming: dict, row_number: int | None) -> None:
+        """Record that `load_id`'s row disagreed with what is kept (counted when it is this unit's)."""
+        row = (load_id, entity, entity_id, field_name, kept, incoming, row_number)
+        self.bulk.insert(T["conflicts"], ["load_id", "entity", "entity_id", "field", "kept", "incoming", "row_number"],
+                         [[value] for value in row])
+        if load_id != self.load_id:
+            return
         self.counts.n_conflict_rows += 1
         if entity == "episode":
             self.counts.n_conflicts += 1
@@ -646,9 +788,6 @@ class UnitWriter:
         if len(self.counts.conflicts) < 20:
             where = f"row {row_number}" if row_number is not None else f"{entity} {entity_id}"
             self.counts.conflicts.append(f"{where}: {entity} {field_name} differs from the stored one")
-        row = (self.load_id, entity, entity_id, field_name, kept, incoming, row_number)
-        self.bulk.insert(T["conflicts"], ["load_id", "entity", "entity_id", "field", "kept", "incoming", "row_number"],
-                         [[value] for value in row])
 
 
 def _columns(rows: list[tuple], width: int) -> list[Sequence[Any]]:

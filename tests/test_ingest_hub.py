@@ -149,13 +149,19 @@ def test_same_key_different_content_is_a_conflict(engine, tmp_path):
     assert (entity, field) == ("episode", "conversation")
 
 
-def test_trial_field_disagreement_is_a_conflict(engine, tmp_path):
-    ingest(engine, [str(_dataset(tmp_path / "one", [hub_row("t__abcdefg", 0, [("user", "x")], result="1.0")]))])
-    summary = ingest(engine, [str(_dataset(tmp_path / "two", [hub_row("t__abcdefg", 1, [("user", "y")],
-                                                                            result="0.0")]))])
+@pytest.mark.parametrize("order", [("one", "two"), ("two", "one")])
+def test_trial_field_disagreement_is_a_conflict(engine, tmp_path, order):
+    """Two datasets disagree on a trial's result: one conflict, naming the dataset whose value
+    is not kept, and the value kept does not depend on which came first (the smaller)."""
+    rows = {"one": [hub_row("t__abcdefg", 0, [("user", "x")], result="1.0")],
+            "two": [hub_row("t__abcdefg", 1, [("user", "y")], result="0.0")]}
+    ingest(engine, [str(_dataset(tmp_path / order[0], rows[order[0]]))])
+    summary = ingest(engine, [str(_dataset(tmp_path / order[1], rows[order[1]]))])
     assert (summary.conflicts, summary.trial_conflicts) == (0, 1)  # a trial's field, not an episode
-    assert _scalar(engine, "SELECT result FROM trials") == "1.0"
-    assert _scalar(engine, "SELECT count(*) FROM conflicts WHERE entity = 'trial' AND field = 'result'") == 1
+    assert _scalar(engine, "SELECT result FROM trials") == "0.0"
+    assert _scalar(engine, """SELECT s.uri FROM conflicts c JOIN loads l ON l.id = c.load_id
+                              JOIN sources s ON s.id = l.source_id
+                              WHERE c.entity = 'trial' AND c.field = 'result'""").endswith("one")
 
 
 def test_text_comes_back_exactly(engine, tmp_path):

@@ -108,8 +108,7 @@ def test_every_load_order_gives_the_same_warehouse(sources, fresh, tmp_path):
         engine = fresh()
         _load(engine, sources, commands)
         got = _state(engine, sources, tmp_path / f"order-{i}")
-        diff = canonical.differences(reference, got)
-        assert diff == [], f"loaded as {commands}: {diff}"
+        assert canonical.differences(reference, got) == [], f"loaded as {commands}"
         engine.dispose()
 
 
@@ -124,4 +123,4 @@ def test_a_trace_directory_after_its_export_is_stored_whole(sources, fresh, tmp_
         then = fresh()
         _load(then, pair, [[hub], ["traces"]])
         a, b = (_state(e, pair, tmp_path / f"{hub}-{i}") for i, e in enumerate((first, then)))
-        assert canonical.differences(a, b) == [], hub
+        assert canonical.differences(a, b) == [], f"{hub} before the trace directory"

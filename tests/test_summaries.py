@@ -267,9 +267,10 @@ def test_summaries_stay_exact_unit_after_unit(engine, db_url):
             "SELECT l.turns FROM trial_lengths l JOIN trials t ON t.id = l.trial_id WHERE t.trial_name = 't1-b'"
         )).scalar() == 6
 
-    # Conflicts: a different result and a different conversation for stored keys keep the first.
+    # Conflicts: a different result and a different conversation for stored keys keep what is
+    # stored (the smaller result, whichever came first; the first trace's conversation).
     before = stored(engine)
-    _unit(engine, second, "conflicting", [_trial("t1-a", "t1", 0.0, turns=8, n_input_tokens=10, started_at=T0)])
+    _unit(engine, second, "conflicting", [_trial("t1-a", "t1", 2.0, turns=8, n_input_tokens=10, started_at=T0)])
     with engine.connect() as conn:
         fields = {r[0] for r in conn.execute(text("SELECT field FROM conflicts"))}
     assert fields == {"result", "reward", "conversation"}

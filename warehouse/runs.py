@@ -85,6 +85,18 @@ def source_run_name(name: str, run_key: str, n_runs: int) -> str:
     return name if n_runs == 1 or run_key == name else f"{name}-{run_key[:8]}"
 
 
+def dataset_names(conn: Connection, run_id: int, run_key: str) -> tuple[bool, list[str]]:
+    """Whether a trace directory holds the run, and the names its datasets give it (as
+    source_run_name makes them), best first: a dataset loaded in any order names a run the same
+    (the first by source kind and URI), and a trace directory's job folder names it before any."""
+    rows = conn.execute(text(
+        "SELECT s.kind, s.uri, s.name, (SELECT count(*) FROM run_sources x WHERE x.source_id = s.id) "
+        "FROM run_sources rs JOIN sources s ON s.id = rs.source_id WHERE rs.run_id = :r ORDER BY s.kind, s.uri"),
+        {"r": run_id}).all()
+    traced = any(kind == "traces" for kind, _, _, _ in rows)
+    return traced, [source_run_name(name, run_key, n) for kind, _, name, n in rows if kind != "traces" and name]
+
+
 def check_name(conn: Connection, name: str, run_id: int | None = None) -> None:
     """Refuse `name` for a run (run_id: that run; None: runs an ingest is about to name) when
     it would make another run unreachable by its name or shadow one: another run's name, a key
