@@ -32,6 +32,11 @@ TRIAL_COLUMNS = (
     "verifier_output", "instruction",
 )
 STRING_COLUMNS = ("trial_name", "episode", *TRIAL_COLUMNS)
+# Trial columns whose value one export can give per row: Harbor writes each step of a multi-step
+# trial as a trial of its own (its own instruction and verifier output, even result and date),
+# under the same trial_name. Within a shard, a row that differs from its trial's first row keeps
+# its own value with its episode (no conflict: one export does not disagree with itself).
+ROW_VALUE_COLUMNS = ("agent", "model", "model_provider", "date", "task", "result", "verifier_output", "instruction")
 EPISODE_RE = re.compile(r"episode-(\d+)\Z")
 EPISODE_MAX = 2**31 - 1  # episodes.episode_index is a 32-bit integer on PostgreSQL
 TRACE_SOURCE = "trace_source"
@@ -110,9 +115,11 @@ def read_batches(pf: pq.ParquetFile, path: Path, run_name: str, run_override: st
     of {role, content} with a role, every text valid UTF-8) is prepared column by column
     straight from Arrow; any other batch goes row by row through `rows_of`, whose checks
     reject the rows at fault by name."""
+    seen: dict = {}  # each trial's first row in the shard (map_row)
+
     def prepared(batch: pa.RecordBatch, first_row: int) -> Batch:
-        return (_columnar(batch, path, first_row, run_name, run_override)
-                or prepare(*rows_of(batch, path, first_row, run_name, run_override), batch.nbytes))
+        return (_columnar(batch, path, first_row, run_name, run_override, seen)
+                or prepare(*rows_of(batch, path, first_row, run_name, run_override, seen), batch.nbytes))
 
     return _each_batch(pf, path, rows_per_batch(pf), prepared)
 
@@ -130,8 +137,9 @@ def read_rows(pf: pq.ParquetFile, path: Path, run_name: str, run_override: str |
               batch_rows: int = BATCH_ROWS) -> Iterator[tuple[list[Trial], list[Rejected], int]]:
     """Yield (trials, rejected rows, bytes read) per record batch. Each Trial carries the one
     episode of its row; the writer merges repeated trials."""
+    seen: dict = {}
     return _each_batch(pf, path, batch_rows, lambda batch, first_row: (
-        *rows_of(batch, path, first_row, run_name, run_override), batch.nbytes))
+        *rows_of(batch, path, first_row, run_name, run_override, seen), batch.nbytes))
 
 
 def _each_batch(pf: pq.ParquetFile, path: Path, batch_rows: int,
@@ -150,9 +158,10 @@ def _each_batch(pf: pq.ParquetFile, path: Path, batch_rows: int,
         raise ShardError(f"{path}: unreadable at row {row_number} ({first_line(exc)})") from None
 
 
-def rows_of(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, run_override: str | None
-            ) -> tuple[list[Trial], list[Rejected]]:
-    """A record batch as Trials, one per row, and the rows that cannot be used."""
+def rows_of(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, run_override: str | None,
+            seen: dict | None = None) -> tuple[list[Trial], list[Rejected]]:
+    """A record batch as Trials, one per row, and the rows that cannot be used. `seen`: the
+    trials' first rows in the shard so far (map_row)."""
     names = batch.schema.names
     # Rows whose text is not valid UTF-8 (Arrow does not check what it reads): the row
     # is rejected naming the column, not the whole shard.
@@ -178,14 +187,14 @@ def rows_of(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, ru
         try:
             if bad_text and i in bad_text:
                 raise RowError(bad_text[i])
-            trials.append(map_row(row, conversations[i], first_row + i, run_name, run_override))
+            trials.append(map_row(row, conversations[i], first_row + i, run_name, run_override, seen))
         except RowError as exc:
             rejected.append(Rejected(f"{path} row {first_row + i}", str(exc)))
     return trials, rejected
 
 
-def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, run_override: str | None
-              ) -> Batch | None:
+def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, run_override: str | None,
+              seen: dict | None = None) -> Batch | None:
     """`prepare(rows_of(batch))`, computed from whole columns; None when the batch is not of
     the usual shape. The conversations' texts are hashed and measured once each, with no
     per-message objects in between."""
@@ -218,11 +227,15 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
     digests = [None if data is None else add_utf8(data, n) for data, n in zip(contents, n_chars)]
 
     trials, episodes = [], []
+    before = dict(seen) if seen is not None else None
     for i in range(batch.num_rows):
         row = {name: values[i] for name, values in columns.items()}
         try:
-            trial = map_row(row, [], first_row + i, run_name, run_override)
+            trial = map_row(row, [], first_row + i, run_name, run_override, seen)
         except RowError:
+            if seen is not None:  # the row path reads the batch again from where it started
+                seen.clear()
+                seen.update(before)
             return None  # the row path rejects it, without keeping its texts
         instruction = None
         if trial.instruction is not None:
@@ -251,8 +264,10 @@ def _values_row_by_row(column: pa.Array, name: str, bad_text: dict[int, str]) ->
 
 
 def map_row(row: dict[str, Any], turns: list[Turn] | str, row_number: int, run_name: str,
-            run_override: str | None) -> Trial:
-    """One row (without its conversation, decoded column-wise) as a Trial with one Episode."""
+            run_override: str | None, seen: dict | None = None) -> Trial:
+    """One row (without its conversation, decoded column-wise) as a Trial with one Episode.
+    `seen` ({trial: its first row's ROW_VALUE_COLUMNS}) is filled as rows come; a row whose
+    values differ from its trial's first row keeps those of its own with its episode."""
     if isinstance(turns, str):
         raise RowError(turns)
     trial_name = row.get("trial_name")
@@ -279,15 +294,24 @@ def map_row(row: dict[str, Any], turns: list[Turn] | str, row_number: int, run_n
     if TRACE_SOURCE in row and not trace_source:
         extra[TRACE_SOURCE] = trace_source  # null or "": keyed as "main", exported as it was
 
-    result = row.get("result")
-    reward, exception_type = parse_result(result)
     run_id = row.get("run_id")
     # RL rollouts have no job: their run_id is the trial name (or missing), so the run is
     # the one the source is ingested as.
     is_own_run = not run_id or run_id == trial_name
+    run_key = (run_override or run_name) if is_own_run else run_id
+    if seen is not None:
+        values = tuple(hash(row.get(c)) for c in ROW_VALUE_COLUMNS)
+        first = seen.setdefault((run_key, trial_name), values)
+        if first != values:
+            row = dict(row)
+            for name, a, b in zip(ROW_VALUE_COLUMNS, first, values):
+                if a != b and name in row:
+                    extra[name] = row.pop(name)
+    result = row.get("result")
+    reward, exception_type = parse_result(result)
     date_raw = row.get("date")
     return Trial(
-        run_key=(run_override or run_name) if is_own_run else run_id,
+        run_key=run_key,
         trial_name=trial_name,
         task_name=row.get("task"),
         agent=row.get("agent"),
@@ -387,6 +411,12 @@ def parse_timestamp(raw: str | None) -> datetime | None:
 
 def _is_string(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+
+
+def schema_columns(schema_json_text: str) -> frozenset[str]:
+    """The column names of a shard's schema as the ledger keeps it (schema_json)."""
+    data = base64.b64decode(json.loads(schema_json_text)["arrow_ipc_b64"])
+    return frozenset(pa.ipc.read_schema(pa.py_buffer(data)).names)
 
 
 def schema_json(schema: pa.Schema) -> str:

@@ -24,13 +24,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text, update
 
-from ingest import bulk, collector, settle
+from ingest import bulk, collector, hub, settle
 from ingest.prepare import TRIAL_FIELDS, TRIAL_ROW, Batch, prepare
 from ingest.records import Rejected, Run, Trial
 from warehouse import __version__, summaries
 from warehouse.db import models
 from warehouse.db.session import write_transaction
 from warehouse.errors import interruption
+from warehouse.hub_columns import FIELD_COLUMNS
 from warehouse.runs import dataset_names, labels_of, set_labels, source_run_name
 from warehouse.texts import to_bytes
 
@@ -165,7 +166,8 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             raise AlreadyLoaded(unit_name)
         writer = None
         try:
-            writer = UnitWriter(conn, load_id, from_hub=arrow_schema is not None)
+            writer = UnitWriter(conn, load_id, from_hub=arrow_schema is not None,
+                                columns=hub.schema_columns(arrow_schema) if arrow_schema else frozenset())
             yield writer
             writer.settle()
             writer.flush()  # the summaries are computed from the rows written
@@ -205,12 +207,15 @@ class UnitWriter:
 
     tables = T
 
-    def __init__(self, conn: Connection, load_id: int, from_hub: bool = True):
+    def __init__(self, conn: Connection, load_id: int, from_hub: bool = True, columns: frozenset[str] = frozenset()):
         self.conn = conn
         self.bulk = bulk.Bulk(conn)
         self.load_id = load_id
         # A Parquet shard's rows, or a trace directory (richer: its trial wins, see settle).
         self.from_hub = from_hub
+        self.columns = columns  # the shard's columns
+        self._columns_of: dict[int, frozenset[str]] = {}  # other loads' shard columns, by load id
+        self._first_rows: set[int] = set()  # trials whose first row in this shard was merged
         self.counts = UnitCounts()
         self._run_ids: dict[str, int] = {}
         self._task_ids: dict[str, int] = {}
@@ -467,6 +472,7 @@ class UnitWriter:
                     self._trial_ids[key] = trial_id
                     self._trial_values[trial_id] = new[key]
                 self.touched_trials.update(ids)
+                self._first_rows.update(ids)
             link = [self._trial_ids[k] for k in unknown if self._trial_ids[k] not in self._linked]
             self.bulk.insert(T["trial_loads"], ["trial_id", "load_id"], [link, [self.load_id] * len(link)])
             self._linked.update(link)
@@ -500,6 +506,11 @@ class UnitWriter:
                 self.left_keys.add((run_id, kept["task_id"]))
             self._write_trial(trial_id, kept, {name: value for name, value in incoming.items() if value != kept[name]})
             return
+        if self.from_hub and trial_id not in self._first_rows:
+            self._first_rows.add(trial_id)
+            for name, column in FIELD_COLUMNS.items():
+                if column in self.columns and incoming[name] is None and kept[name] is not None:
+                    self._absent(trial_id, name, kept[name], self.load_id)
         fill: dict[str, Any] = {}
         # Which value is kept must not depend on which came first: a trace directory's over a
         # dataset's (richer data wins), and between two of a kind the smaller (_order_key).
@@ -510,6 +521,8 @@ class UnitWriter:
                 continue
             if old is None:
                 fill[name] = new
+                if name in FIELD_COLUMNS:
+                    self._absent_before(trial_id, name, new)
             elif not _same_instant(old, new) and name not in self._trial_conflicts.get(trial_id, ()):
                 if richer is None:
                     richer = self._incoming_wins(trial_id)
@@ -528,6 +541,30 @@ class UnitWriter:
             first, second = (kept, incoming) if richer is False else (incoming, kept)
             fill["detail"] = {**(first["detail"] or {}), **(second["detail"] or {})}
         self._write_trial(trial_id, kept, fill)
+
+    def _absent(self, trial_id: int, name: str, kept: Any, load_id: int) -> None:
+        """A unit whose shard has the column of a trial field left it empty where the trial has
+        a value: recorded (a conflict whose value is null, neither counted nor reported: one
+        source lacking what another has is no disagreement) so that its export writes it empty."""
+        self.conflict_row(load_id, "trial", trial_id, name, {name: _jsonable(kept)}, {name: None}, None,
+                          counted=False)
+
+    def _absent_before(self, trial_id: int, name: str, new: Any) -> None:
+        """This unit fills a trial field: each earlier shard that has its column had it empty."""
+        conflicts, trial_loads, loads = T["conflicts"], T["trial_loads"], T["loads"]
+        column = FIELD_COLUMNS[name]
+        others = self._execute(select(loads.c.id, loads.c.arrow_schema).join(
+            trial_loads, trial_loads.c.load_id == loads.c.id).where(
+            trial_loads.c.trial_id == trial_id, loads.c.id != self.load_id, loads.c.arrow_schema.is_not(None))).all()
+        if not others:
+            return
+        recorded = set(self._execute(select(conflicts.c.load_id).where(
+            conflicts.c.entity == "trial", conflicts.c.entity_id == trial_id, conflicts.c.field == name)).scalars())
+        for load_id, schema in others:
+            if load_id not in self._columns_of:
+                self._columns_of[load_id] = hub.schema_columns(schema)
+            if column in self._columns_of[load_id] and load_id not in recorded:
+                self._absent(trial_id, name, new, load_id)
 
     def _kept_instead(self, trial_id: int, name: str, new: Any, old: Any) -> None:
         """This unit's value of a trial field is kept instead of the stored one: each other unit
@@ -771,12 +808,12 @@ class UnitWriter:
         self.conflict_row(self.load_id, entity, entity_id, field_name, kept, incoming, row_number)
 
     def conflict_row(self, load_id: int, entity: str, entity_id: int, field_name: str | None, kept: dict,
-                     incoming: dict, row_number: int | None) -> None:
+                     incoming: dict, row_number: int | None, counted: bool = True) -> None:
         """Record that `load_id`'s row disagreed with what is kept (counted when it is this unit's)."""
         row = (load_id, entity, entity_id, field_name, kept, incoming, row_number)
         self.bulk.insert(T["conflicts"], ["load_id", "entity", "entity_id", "field", "kept", "incoming", "row_number"],
                          [[value] for value in row])
-        if load_id != self.load_id:
+        if load_id != self.load_id or not counted:
             return
         self.counts.n_conflict_rows += 1
         if entity == "episode":

@@ -12,7 +12,10 @@ from a warehouse that loaded only the trace root, shaped as Harbor writes them:
 - `last`: `--episodes last`: each trajectory's last episode, subagent rows whatever the option;
 - `solved`: `--filter success`, the trials whose result is above 0;
 - `summary`: the per-subagent dataset (`merge_subagents=False`): the subagent's rows alone, with
-  no `trace_source` column, always episode-0.
+  no `trace_source` column, always episode-0;
+- `meta`: `--instruction-metadata --verifier-metadata`: each step's rows with the step's own
+  instruction and verifier output (they differ within the multi-step trial);
+- `regraded`: a dataset that disagrees: the last rows with another result for one trial.
 """
 
 from __future__ import annotations
@@ -137,6 +140,13 @@ def make_sources(tmp_path: Path) -> dict[str, Path]:
         r for r in rows if r["result"] is not None and _positive(r["result"])]})
     dataset(SUBAGENT, {"train-00000-of-00001.parquet": [r for r in rows if r["trace_source"] == SUBAGENT]},
             [c for c in columns if c != "trace_source"])
+    meta = [dict(r, instruction=r["conversations"][0]["content"].strip(),
+                 verifier_output=f"tests of {r['_step'] or 'the trial'} of {r['trial_name']}\n") for r in rows]
+    dataset("meta", {"train-00000-of-00001.parquet": meta},
+            [*(c for c in columns if c not in ("instruction", "verifier_output")), "instruction", "verifier_output"])
+    regraded = [dict(r, result="0.0") if r["trial_name"] == "keep__1234567" else r
+                for r in rows if last.get((r["trial_name"], r["_step"], r["trace_source"])) is r]
+    dataset("regraded", {"train-00000-of-00001.parquet": regraded})
     return sources
 
 

@@ -44,6 +44,7 @@ from warehouse.arrow_json import from_json
 from warehouse.db import models
 from warehouse.errors import WarehouseError, first_line
 from warehouse.filters import Filters
+from warehouse.hub_columns import FIELD_COLUMNS
 from warehouse.outdir import staged_output
 from warehouse.runs import labels_of
 from warehouse.readonly import check_timeout
@@ -72,10 +73,6 @@ MESSAGE = pa.struct([("content", pa.string()), ("role", pa.string())])
 # trial_name), trace_source and instruction are added when the rows have them.
 HARBOR_COLUMNS = ("agent", "model", "model_provider", "date", "task", "episode", "run_id", "trial_name",
                   "result", "verifier_output")
-# Trial fields that a conflict records per unit, and the Hub column each one came from.
-CONFLICT_COLUMNS = {"agent": "agent", "model": "model", "model_provider": "model_provider", "date_raw": "date",
-                    "result": "result", "verifier_output": "verifier_output", "source_run_id": "run_id",
-                    "instruction_id": "instruction"}
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -469,18 +466,14 @@ class _RowBuilder:
         return values
 
     def _conflicts(self, load_ids: set[int], trial_ids: set[int]) -> tuple[dict, set[int]]:
-        """{(load_id, trial_id): {column: value}}: what a unit said about a trial that an earlier
-        unit had already said differently (the trial keeps the first version). A trial's own
-        first unit is skipped: its rows gave the kept values."""
-        first_load = dict(self._select_in(
-            select(TRIAL_LOADS.c.trial_id, func.min(TRIAL_LOADS.c.load_id)).group_by(TRIAL_LOADS.c.trial_id),
-            TRIAL_LOADS.c.trial_id, trial_ids))
+        """{(load_id, trial_id): {column: value}}: what a unit said about a trial that differs
+        from the value the trial keeps (ingest.writer: the richer source's, else the smaller)."""
         overlay: dict[tuple[int, int], dict[str, Any]] = {}
         stmt = select(CONFLICTS.c.load_id, CONFLICTS.c.entity_id, CONFLICTS.c.field, CONFLICTS.c.incoming).where(
             CONFLICTS.c.entity == "trial", CONFLICTS.c.load_id.in_(load_ids)).order_by(CONFLICTS.c.id)
         for load_id, trial_id, name, incoming in self._select_in(stmt, CONFLICTS.c.entity_id, trial_ids):
-            if name in CONFLICT_COLUMNS and first_load.get(trial_id) != load_id and incoming:
-                overlay.setdefault((load_id, trial_id), {}).setdefault(CONFLICT_COLUMNS[name], incoming.get(name))
+            if name in FIELD_COLUMNS and incoming:
+                overlay.setdefault((load_id, trial_id), {}).setdefault(FIELD_COLUMNS[name], incoming.get(name))
         messages = {v.get("instruction") for v in overlay.values()} - {None}
         return overlay, messages
 
@@ -527,10 +520,9 @@ def _message(role: str, message_id: int | None, extra: dict | None, texts: dict[
 def _hub_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
     """A row from a Hub shard: its other columns are in episodes.extra, with the raw `episode`
     string when it was not exactly episode-N (e.g. zero-padded) and the raw `trace_source` when
-    it was null or empty (stored under the key "main")."""
-    extra = dict(extra or {})
-    raw = {name: extra.pop(name) for name in ("episode", "trace_source") if name in extra}
-    return {**extra, **values, **raw}
+    it was null or empty (stored under the key "main"), and the trial columns in which the row
+    differed from its trial's first row in its shard (ingest.hub.ROW_VALUE_COLUMNS)."""
+    return {**values, **(extra or {})}
 
 
 def _harbor_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
