@@ -325,6 +325,7 @@ def render_main_episodes(
     """
     episodes: list[Episode] = []
     offset = 0
+    stepless: list[dict[str, Any]] = []  # files with no episode of their own, not yet kept
     for file in files:
         steps = _steps(file.data)
         ctx.check_steps(file, steps)
@@ -363,6 +364,14 @@ def render_main_episodes(
             later = steps[last_end + 1:]
             if later:
                 episodes[-1].extra["later_steps"] = [_raw_step(s) for s in later]
+        elif steps:
+            # A file with no agent step of its own (a continuation that only says something to
+            # the agent) is in no conversation: kept whole with the episode before it, or else
+            # with the first one after it.
+            stepless.append({"trajectory_file": file.relpath, "steps": [_raw_step(s) for s in steps]})
+        if stepless and episodes:
+            episodes[-1 if not count else offset].extra.setdefault("stepless_files", []).extend(stepless)
+            stepless = []
         offset += count
     return episodes
 

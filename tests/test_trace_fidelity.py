@@ -194,3 +194,27 @@ def test_pass_rate_by_model_groups_a_model_across_providers(engine, db_url, tmp_
     info = export_hub(engine, tmp_path / "out", sources=[str(root)])
     assert sorted(r["model"] for r in pq.read_table(info.files[0]).to_pylist()) == [
         "anthropic/kimi-k2.6", "hosted_vllm/Qwen/Qwen3-8B", "kimi-k2.6", "openrouter/anthropic/claude-sonnet-4"]
+
+
+def test_a_continuation_with_no_agent_step_of_its_own_is_kept(engine, db_url, tmp_path):
+    """A continuation file that only speaks to the agent ends no episode: its steps are in no
+    conversation, and are kept whole with the episode before them, shown and in no exported
+    conversation (Harbor's `instruction` may still quote it: the lexically first trajectory file)."""
+    trial = _simple_trial(tmp_path / "traces" / "job" / "cont__1234567", model="openai/gpt-4o")
+    main = json.loads((trial / "agent" / "trajectory.json").read_text())
+    main["continued_trajectory_ref"] = "trajectory.cont-1.json"
+    _write(trial / "agent" / "trajectory.json", main)
+    _write(trial / "agent" / "trajectory.cont-1.json", {
+        "schema_version": "ATIF-v1.6", "session_id": "s", "agent": {"name": "terminus-2", "version": "2"},
+        "steps": [{"step_id": 1, "source": "user", "message": "CONTINUATION-ONLY-USER-STEP"}]})
+    assert ingest(engine, [str(tmp_path / "traces")]).errors == []
+
+    t = load_trajectory(engine, "cont__1234567", all_episodes=True)
+    kept = t["episodes"][-1]["extra"]["stepless_files"]
+    assert kept == [{"trajectory_file": "agent/trajectory.cont-1.json",
+                     "steps": [{"step_id": 1, "source": "user", "message": "CONTINUATION-ONLY-USER-STEP"}]}]
+    shown = cli(db_url, "show", "cont__1234567", "--all")
+    assert shown.returncode == 0 and "CONTINUATION-ONLY-USER-STEP" in shown.stdout
+    info = export_hub(engine, tmp_path / "out", sources=[str(tmp_path / "traces")])
+    conversations = [row["conversations"] for row in pq.read_table(info.files[0]).to_pylist()]
+    assert "CONTINUATION-ONLY-USER-STEP" not in json.dumps(conversations)

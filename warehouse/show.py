@@ -186,6 +186,13 @@ def to_text(trajectory: dict[str, Any]) -> str:
             lines.append(f"[after] {step.get('source')} step {step.get('step_id')} (in no conversation)")
             lines.extend("    " + line for line in _text_lines(step.get("message")))
             lines.extend("    " + line for line in _kept_in_turn(step))
+        for kept in extra.get("stepless_files") or []:
+            for step in kept.get("steps") or []:
+                lines.append("")
+                lines.append(printable(f"[{kept.get('trajectory_file')}] {step.get('source')} step "
+                                       f"{step.get('step_id')} (in no conversation)"))
+                lines.extend("    " + line for line in _text_lines(step.get("message")))
+                lines.extend("    " + line for line in _kept_in_turn(step))
         if extra.get("continued_trajectory_ref"):
             lines.append("")
             lines.append(printable(f"(continued in {extra['continued_trajectory_ref']})"))
