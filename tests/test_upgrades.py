@@ -158,3 +158,40 @@ def test_an_upgraded_warehouse_is_a_fresh_one(rev, backend, db_url, tmp_path, re
     finally:
         upgraded.dispose()
         fresh.dispose()
+
+
+def test_migration_0012_names_the_runs_named_by_their_job_uuid(engine, db_url, tmp_path):
+    """Each run the old code named by its job UUID gets its first source's name: a trial folder
+    without job files, an RL `trace_jobs/` folder, a dataset; a run whose key is no job's (an
+    `ingest --run` key) and one renamed by hand keep theirs."""
+    import random
+
+    from helpers import hub_row, write_shard
+    from trace_trees import make_trial
+
+    rng = random.Random(12)
+    uuids = [f"{n}{n}{n}{n}{n}{n}{n}{n}-1111-4222-8333-444455556666" for n in "abcd"]
+    make_trial(tmp_path / "src" / "2026-06-01__10-00-00" / "t__AAA", rng, task="t", job_id=uuids[0],
+               n_agent_steps=1, words=3)
+    make_trial(tmp_path / "src" / "sweep" / "trace_jobs" / "u__BBB", rng, task="u", job_id=uuids[1],
+               n_agent_steps=1, words=3)
+    make_trial(tmp_path / "own" / "o__DDD", rng, task="o", job_id=None, n_agent_steps=1, words=3)
+    make_trial(tmp_path / "mine" / "m__EEE", rng, task="m", job_id=uuids[3], n_agent_steps=1, words=3)
+    write_shard(tmp_path / "ds" / "data" / "a.parquet", [hub_row("v__CCC", 0, [("user", "q")], run_id=uuids[2])])
+    for spec, run in ((tmp_path / "src", None), (tmp_path / "ds", None), (tmp_path / "own", "by-hand-key"),
+                      (tmp_path / "mine", None)):
+        assert ingest(engine, [str(spec)], run=run).errors == []
+    fresh = _run_names(engine)
+    assert [fresh[key] for key in uuids[:3]] == ["2026-06-01__10-00-00", "sweep", "ds"]
+    assert fresh["by-hand-key"] == "by-hand-key"
+    with engine.begin() as conn:  # as the code before 0008 left them; and one renamed by hand
+        conn.execute(text("UPDATE runs SET name = run_key WHERE run_key IN (:a, :b, :c)"),
+                     dict(zip("abc", uuids)))
+        conn.execute(text("UPDATE runs SET name = 'custom' WHERE run_key = :d"), {"d": uuids[3]})
+    old = dict(fresh, **{key: key for key in uuids[:3]}, **{uuids[3]: "custom"})
+    schema.downgrade(engine, "0011")
+    assert _run_names(engine) == old
+    schema.upgrade(engine)
+    assert _run_names(engine) == dict(fresh, **{uuids[3]: "custom"})
+    schema.downgrade(engine, "0011")  # downgrading keeps the names
+    assert _run_names(engine) == dict(fresh, **{uuids[3]: "custom"})
