@@ -21,6 +21,7 @@ from canonical import differences, dump
 from ingest.pipeline import ingest
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
+from warehouse.runs import resolve_run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "upgrade"
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
@@ -153,7 +154,10 @@ def test_an_upgraded_warehouse_is_a_fresh_one(rev, backend, db_url, tmp_path, re
         _move_sources(upgraded, root)
         schema.upgrade(upgraded)
         _fresh(fresh, root)
-        assert _run_names(upgraded) == _run_names(fresh)
+        names = _run_names(fresh)
+        assert _run_names(upgraded) == names
+        with upgraded.connect() as conn:  # `--run <name>` finds each run, as on the fresh warehouse
+            assert {resolve_run(conn, name).run_key: name for name in names.values()} == names
         assert differences(_comparable(upgraded, rev), _comparable(fresh, rev)) == []
     finally:
         upgraded.dispose()
