@@ -6,8 +6,9 @@ the run.
 
 A run is renamed when its name is its key and its trials name that key as their job
 (`trials.source_run_id`): a key that is a folder name or an `ingest --run` (no job UUID) is the
-name an ingest gives it now too. The new name is the one the run's first source (the lowest load
-among its trials') gives, by the rules of the live code, copied here (revisions never import it):
+name an ingest gives it now too. The new name is the one its sources give it, by the rules of the
+live code, copied here (revisions never import it): a trace directory's before any dataset's, and
+of datasets the first by kind and URI (ingest.writer.name_source_runs, warehouse.runs.dataset_names):
 - a trace directory (ingest.traces.run_name_for, _folder_name): the folder holding the first
   loaded trial, or for an RL `trace_jobs/` folder the folder above it;
 - a Hub or Parquet dataset (warehouse.runs.source_run_name, as in 0010): the dataset's name, or
@@ -35,12 +36,14 @@ depends_on = None
 
 def upgrade() -> None:
     bind = op.get_bind()
-    # Each such run's first load (the lowest id among its trials' loads), with its source.
+    # Each such run's naming load (a trace directory's first, else the first dataset's), with its source.
     runs = bind.execute(sa.text("""
         SELECT r.id, r.run_key, s.id, s.kind, s.uri, s.name, l.unit
         FROM runs r
-        JOIN loads l ON l.id = (SELECT min(tl.load_id) FROM trials t JOIN trial_loads tl ON tl.trial_id = t.id
-                                WHERE t.run_id = r.id)
+        JOIN loads l ON l.id = (SELECT tl.load_id FROM trials t JOIN trial_loads tl ON tl.trial_id = t.id
+                                JOIN loads l2 ON l2.id = tl.load_id JOIN sources s2 ON s2.id = l2.source_id
+                                WHERE t.run_id = r.id
+                                ORDER BY s2.kind <> 'traces', s2.kind, s2.uri, tl.load_id LIMIT 1)
         JOIN sources s ON s.id = l.source_id
         WHERE r.name = r.run_key
           AND EXISTS (SELECT 1 FROM trials t WHERE t.run_id = r.id AND t.source_run_id = r.run_key)""")).all()
