@@ -82,8 +82,6 @@ def _remove_deleted_trials(engine, source: Source, source_id: int, job_dir: Path
     removed in a unit of their own named for the job's folder, which carries the job's facts
     as they are now. Nothing to remove writes nothing, so a re-ingest is a no-op."""
     with one_unit(summary, warn, job_dir, lambda exc: _read_error(job_dir, exc)):
-        job = traces.read_job(job_dir, run)
-        counted = traces.trials_counted(job)
         run_keys = set()
         for unit in trials:
             try:
@@ -91,6 +89,10 @@ def _remove_deleted_trials(engine, source: Source, source_id: int, job_dir: Path
             except traces.TraceError:  # reported by its own unit
                 continue
         with engine.connect() as conn:
+            if not removal.deleted_trials(conn, run_keys, job_dir, ()):
+                return  # (the job's files are read only when a trial may be gone)
+            job = traces.read_job(job_dir, run)
+            counted = traces.trials_counted(job)
             gone = removal.deleted_trials(conn, run_keys, job_dir, counted)
         if not gone:
             return

@@ -262,3 +262,31 @@ def test_a_guessed_task_another_trial_is_of_stays(engine, tmp_path):
         assert conn.execute(text("SELECT t.trial_name FROM trials t JOIN tasks k ON k.id = t.task_id "
                                  "WHERE k.name = 't-b'")).scalars().all() == ["t-b__GGGGGGG"]
     assert_exact(engine)
+
+
+def test_a_trial_a_copy_still_holds_is_kept(engine, tmp_path):
+    """B was loaded from a copy of the running job too, and that copy still has B's folder: the
+    copy holds it, so the resumed job's ingest keeps it (in whichever order the two come)."""
+    root = tmp_path / "jobs"
+    job = running_job(root)
+    shutil.copytree(root, tmp_path / "copy")
+    for source in (root, tmp_path / "copy"):
+        assert ingest(engine, [str(source)]).errors == []
+    resume(job)
+    summary = ingest(engine, [str(root)])
+    assert (summary.errors, summary.trials_removed) == ([], 0)
+    assert trial_names(engine) == {A: "complete", B: "incomplete", C: "complete", D: "complete"}
+
+
+def test_an_unreadable_job_result_removes_nothing(engine, tmp_path):
+    """Whether the job counts B cannot be told: nothing is removed, and the job's result.json is
+    named in one line."""
+    root = tmp_path / "jobs"
+    job = running_job(root)
+    assert ingest(engine, [str(root)]).errors == []
+    shutil.rmtree(job / B)
+    (job / "result.json").write_text('{"id": "')
+    summary = ingest(engine, [str(root)])
+    assert summary.trials_removed == 0 and summary.errors
+    assert all(str(job / "result.json") in error and "\n" not in error for error in summary.errors)
+    assert trial_names(engine) == {A: "complete", B: "incomplete", C: "complete"}
