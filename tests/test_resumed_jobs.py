@@ -135,11 +135,20 @@ def test_a_resumed_job_counts_what_harbor_counts(db_url, engine, clean_engine, t
     assert dump(engine) == before
 
 
-def test_removed_before_the_trial_runs_again(engine, tmp_path):
-    """B's folder deleted and D not started yet: no trial folder changed, B goes all the same."""
+@pytest.mark.parametrize("task_known", [True, False], ids=["task", "no-task"])
+def test_removed_before_the_trial_runs_again(engine, tmp_path, task_known):
+    """B's folder deleted and D not started yet: no trial folder changed, B goes all the same
+    (its summary rows too, under its task or, its config.json naming none, under no task)."""
     root = tmp_path / "jobs"
     job = running_job(root)
+    if not task_known:
+        config = json.loads((job / B / "config.json").read_text())
+        del config["task"]
+        (job / B / "config.json").write_text(json.dumps(config))
     assert ingest(engine, [str(root)]).errors == []
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM run_task_outcomes WHERE task_id IS NULL")).scalar() == (
+            0 if task_known else 1)
     shutil.rmtree(job / B)
     summary = ingest(engine, [str(root)])
     assert (summary.errors, summary.units_skipped, summary.trials_removed) == ([], 2, 1)
