@@ -264,7 +264,7 @@ class UnitWriter:
                 existing = self._execute(select(runs_t).where(runs_t.c.id == self._run_ids[run.run_key])).one()
                 fill = {k: v for k, v in values.items() if getattr(existing, k) is None}
                 if _job_progress(run.detail) > _job_progress(existing.detail):  # (its name is the naming's)
-                    fill = {k: v for k, v in values.items() if k != "name" and v != getattr(existing, k)}
+                    fill |= {k: v for k, v in values.items() if k != "name" and v != getattr(existing, k)}
                 if fill:
                     self._execute(update(runs_t).where(runs_t.c.id == existing.id).values(**fill))
             if run.labels:
