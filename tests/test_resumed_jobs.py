@@ -224,12 +224,12 @@ def test_a_trial_a_hub_dataset_holds_is_kept(engine, tmp_path, hub_first):
     assert trial_names(engine) == {A: "complete", B: "complete", C: "complete", D: "complete"}
 
 
-def test_the_guessed_task_goes_when_the_trial_finishes(db_url, engine, clean_engine, tmp_path):  # noqa: F811
+def test_the_guessed_task_goes_when_the_trial_finishes(engine, clean_engine, tmp_path):  # noqa: F811
     """B, ingested while it ran, was guessed to be of task `t-b` (its config.json); finished, it
     is of `demo/t-b`, and `t-b` leaves `tasks`: the warehouse is the one a single ingest of the
-    finished job gives. A guessed task another trial is of stays."""
+    finished job gives."""
     root = tmp_path / "jobs"
-    job = running_job(root)
+    running_job(root)
     finished = tmp_path / "finished"
     shutil.copytree(root, finished)
     shutil.rmtree(finished / "job-a" / B)
