@@ -21,6 +21,7 @@ class Summary:
     rows: int = 0
     trials: int = 0
     trials_incomplete: int = 0
+    trials_removed: int = 0  # unfinished trials their jobs deleted (ingest.removal)
     episodes_new: int = 0
     episodes_duplicate: int = 0
     conflicts: int = 0  # conflicting episodes
@@ -38,6 +39,7 @@ class Summary:
         self.units_loaded += 1
         self.rows += counts.n_rows + counts.n_rejected
         self.trials += counts.n_trials
+        self.trials_removed += len(counts.removed)
         self.episodes_new += counts.n_episodes_new
         self.episodes_duplicate += counts.n_episodes_duplicate
         self.conflicts += counts.n_conflicts
@@ -57,6 +59,9 @@ class Summary:
             f"trials: {self.trials} in loaded units ({self.trials_incomplete} incomplete); "
             f"turns written: {self.turns}; {self.seconds:.1f}s",
         ]
+        if self.trials_removed:
+            out.append("trials: 1 removed (an unfinished trial the job deleted)" if self.trials_removed == 1 else
+                       f"trials: {self.trials_removed} removed (unfinished trials their jobs deleted)")
         if self.database is not None:
             out.append(f"database: {self.database}")
         return out

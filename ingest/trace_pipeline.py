@@ -3,9 +3,11 @@ directory, keyed in the ledger by the hash of the files the reader uses."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
-from ingest import traces, writer
+from ingest import removal, traces, writer
 from ingest.report import Progress, Summary, fail, one_unit, relative_unit
 from ingest.sources import Source
 
@@ -34,6 +36,8 @@ def ingest_traces(engine, source: Source, units: list[traces.TraceUnit], run: st
         name = relative_unit(unit.path, source.root)
         progress.unit(source.name, "" if name == "." else name, 0)  # (a source that is one trial)
         _ingest_trial(engine, source, source_id, unit, run, summary, warn, jobs_seen)
+    for job_dir, job_trials in _whole_jobs(source, trials).items():
+        _remove_deleted_trials(engine, source, source_id, job_dir, job_trials, run, summary, warn)
     return source_id
 
 
@@ -61,9 +65,58 @@ def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit
         summary.trials_incomplete += trial.status == "incomplete"
 
 
+def _whole_jobs(source: Source, trials: list[traces.TraceUnit]) -> dict[Path, list[traces.TraceUnit]]:
+    """The trials of each job folder the source holds whole (the source is the job's folder or
+    a folder above it): only there does a trial folder missing say the job deleted it."""
+    jobs: dict[Path, list[traces.TraceUnit]] = {}
+    for unit in trials:
+        if unit.job_dir is not None and (unit.job_dir == source.root or source.root in unit.job_dir.parents):
+            jobs.setdefault(unit.job_dir, []).append(unit)
+    return jobs
+
+
+def _remove_deleted_trials(engine, source: Source, source_id: int, job_dir: Path, trials: list[traces.TraceUnit],
+                           run, summary: Summary, warn) -> None:
+    """After a job's trial folders: the unfinished trials stored from it that the job deleted
+    (`harbor jobs resume` does, before it runs them again under new names; see ingest.removal),
+    removed in a unit of their own named for the job's folder, which carries the job's facts
+    as they are now. Nothing to remove writes nothing, so a re-ingest is a no-op."""
+    with one_unit(summary, warn, job_dir, lambda exc: _read_error(job_dir, exc)):
+        run_keys = set()
+        for unit in trials:
+            try:
+                run_keys.add(traces.run_key_for(unit, run))
+            except traces.TraceError:  # reported by its own unit
+                continue
+        with engine.connect() as conn:
+            if not removal.deleted_trials(conn, run_keys, job_dir, ()):
+                return  # (the job's files are read only when a trial may be gone)
+            job = traces.read_job(job_dir, run)
+            counted = traces.trials_counted(job)
+            gone = removal.deleted_trials(conn, run_keys, job_dir, counted)
+        if not gone:
+            return
+        identity = json.dumps([[t.trial_name, t.trial_id, t.loads] for t in gone])
+        with writer.unit(engine, source_id, relative_unit(job_dir, source.root),
+                         hashlib.sha256(identity.encode()).hexdigest()) as w:
+            gone = removal.deleted_trials(w.conn, run_keys, job_dir, counted)  # again, under the write lock
+            if not gone:  # another ingest removed them first
+                raise writer.AlreadyLoaded(job_dir)
+            if job is not None:
+                w.add_runs([job])
+            w.flush()
+            w.left_keys.update(removal.remove_trials(w.conn, gone))
+            w.counts.removed += [t.trial_name for t in gone]
+        summary.add(w.counts)
+
+
 def _trial_error(unit: traces.TraceUnit, exc: Exception) -> str | None:
+    return _read_error(unit.path, exc)
+
+
+def _read_error(path: Path, exc: Exception) -> str | None:
     if isinstance(exc, traces.TraceError):
         return str(exc)
     if isinstance(exc, OSError):
-        return f"{unit.path}: {exc.strerror or exc}"
+        return f"{path}: {exc.strerror or exc}"
     return None

@@ -55,6 +55,7 @@ __all__ = [
     "hash_trial_dir",
     "run_key_for",
     "read_job",
+    "trials_counted",
     "read_trial",
     "load_result_json",
     "one_trial",
@@ -543,6 +544,21 @@ def _read_job(job_dir: Path, run_override: str | None) -> Run | None:
         detail=detail,
         labels=job_labels(config),
     )
+
+
+def trials_counted(job: Run | None) -> set[str]:
+    """The names of the trials a job's result.json counts as done: every name in an eval's
+    `reward_stats` or `exception_stats` (and the oldest JobStats' own `exception_stats`). Harbor
+    adds a trial there when it finishes, so an unfinished trial is in none of them."""
+    detail = _d(job.detail if job is not None else None)
+    stats = _d(detail.get("stats"))
+    listings: list[Any] = [stats.get("exception_stats")]
+    for eval_data in _d(detail.get("evals")).values():
+        eval_data = _d(eval_data)
+        listings.append(eval_data.get("exception_stats"))
+        listings += _d(eval_data.get("reward_stats")).values()
+    return {str(name) for listing in listings for names in _d(listing).values() if isinstance(names, list)
+            for name in names if isinstance(name, str)}
 
 
 def job_labels(config: dict[str, Any]) -> dict[str, str]:

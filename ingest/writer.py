@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text, update
 
-from ingest import bulk, collector, hub, settle
+from ingest import bulk, collector, hub, removal, settle
 from ingest.prepare import TRIAL_FIELDS, TRIAL_ROW, Batch, prepare
 from ingest.records import Rejected, Run, Trial
 from warehouse import __version__, summaries
@@ -69,6 +69,7 @@ class UnitCounts:
     n_bytes: int = 0
     conflicts: list[str] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # trials the unit deleted (ingest.removal), by name
 
 
 def ensure_source(engine: Engine, kind: str, uri: str, name: str, revision: str | None = None,
@@ -172,6 +173,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             writer.settle()
             writer.flush()  # the summaries are computed from the rows written
             summaries.refresh(conn, writer.load_id, writer.touched_trials, writer.linked_runs, writer.left_keys)
+            removal.drop_unused_tasks(conn, (task_id for _, task_id in writer.left_keys))
             c = writer.counts
             c.n_trials = len(writer._linked)
             conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
@@ -179,7 +181,8 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
                 n_trials=c.n_trials, n_episodes_new=c.n_episodes_new,
                 n_episodes_duplicate=c.n_episodes_duplicate, n_conflicts=c.n_conflict_rows,
                 n_rejected=c.n_rejected, n_turns=c.n_turns, n_bytes=c.n_bytes,
-                detail={"rejected": [f"{r.where}: {r.reason}" for r in c.rejected[:100]]} if c.rejected else None,
+                detail={**({"rejected": [f"{r.where}: {r.reason}" for r in c.rejected[:100]]} if c.rejected else {}),
+                        **({"removed_trials": c.removed} if c.removed else {})} or None,
             ))
         except BaseException as exc:
             if interruption(exc) is not None:
@@ -297,7 +300,8 @@ class UnitWriter:
         self.counts.rejected.append(rejected)
 
     def add_runs(self, runs: list[Run]) -> None:
-        """Run-level facts (a job's config and result): fill what is not known yet."""
+        """Run-level facts (a job's config and result): fill what is not known yet; facts read
+        while the job ran are replaced by a reading of it further on (see _job_progress)."""
         self._ensure_runs([r.run_key for r in runs], {r.run_key: r.name for r in runs if r.name})
         runs_t = T["runs"]
         for run in runs:
@@ -309,6 +313,8 @@ class UnitWriter:
                 fill = {k: v for k, v in values.items() if getattr(existing, k) is None}
                 if self._renames_run(existing, run.name):
                     fill["name"] = run.name
+                if _job_progress(run.detail) > _job_progress(existing.detail):  # (its name is the naming's)
+                    fill |= {k: v for k, v in values.items() if k != "name" and v != getattr(existing, k)}
                 if fill:
                     self._execute(update(runs_t).where(runs_t.c.id == existing.id).values(**fill))
             if run.labels:
@@ -825,6 +831,15 @@ class UnitWriter:
         if len(self.counts.conflicts) < 20:
             where = f"row {row_number}" if row_number is not None else f"{entity} {entity_id}"
             self.counts.conflicts.append(f"{where}: {entity} {field_name} differs from the stored one")
+
+
+def _job_progress(detail: dict | None) -> tuple[bool, int, bool]:
+    """How far on a job was when its files were read (traces.read_job's detail): finished, then
+    trials done, then whether it had a result.json at all. Harbor rewrites the file as the job
+    goes, so the further reading is the truer one, whichever is ingested first."""
+    detail = detail if isinstance(detail, dict) else {}
+    done = [detail.get(k) for k in ("n_completed_trials", "n_errored_trials")]
+    return detail.get("finished") is True, sum(n for n in done if isinstance(n, int)), "stats" in detail
 
 
 def _columns(rows: list[tuple], width: int) -> list[Sequence[Any]]:

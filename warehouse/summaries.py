@@ -77,12 +77,13 @@ SELECT run_id, NULL FROM touched
 # are not the trial's length. substr, not LIKE: SQLite's LIKE ignores case, PostgreSQL's does not.
 _OWN_TRACE = "(e.trace_source = 'main' OR (substr(e.trace_source, 1, 5) = 'step:' AND e.trace_source NOT LIKE '%/%'))"
 
-# A (run, task) key a trial left, unless staged already: a key staged twice would count its
-# trials twice.
+# A (run, task) key a trial left (for another task, or removed), unless staged already: a key
+# staged twice would count its trials twice. An unknown task (NULL) is a key too.
 _LEFT_KEY = """
 INSERT INTO summary_keys (run_id, task_id)
 SELECT :run_id, :task_id
-WHERE NOT EXISTS (SELECT 1 FROM summary_keys k WHERE k.run_id = :run_id AND k.task_id = :task_id)
+WHERE NOT EXISTS (SELECT 1 FROM summary_keys k WHERE k.run_id = :run_id
+                  AND (k.task_id = :task_id OR (k.task_id IS NULL AND CAST(:task_id AS BIGINT) IS NULL)))
 """
 
 _TRIAL_LENGTHS = (
@@ -169,8 +170,8 @@ _OUTCOMES = (
     """,
 )
 
-# Loads are never removed, so a run's sources only grow: this unit's source joins the runs of
-# every trial it mentions, changed or not.
+# This unit's source joins the runs of every trial it mentions, changed or not. (A run loses a
+# source only when the trials it held there are removed: ingest.removal.)
 _RUN_SOURCES = """
 INSERT INTO run_sources (run_id, source_id)
 SELECT :run_id, l.source_id
@@ -185,19 +186,21 @@ def refresh(conn: Connection, load_id: int, trial_ids: Collection[int], run_ids:
     """Bring the summaries up to date with what the unit `load_id` wrote, inside its
     transaction. `trial_ids`: the trials it inserted, filled in or gave new episodes;
     `run_ids`: the runs of every trial it mentions (those it gave a trial_loads row);
-    `left_keys`: the (run, task) keys its trials were under before it gave them another task."""
+    `left_keys`: the (run, task) keys its trials were under before it gave them another task or
+    removed them (ingest.removal)."""
     if run_ids:
         conn.execute(text(_RUN_SOURCES), [{"load_id": load_id, "run_id": run_id} for run_id in sorted(run_ids)])
-    if not trial_ids:
+    if not trial_ids and not left_keys:
         return
     for statement in _STAGE:
         conn.execute(text(statement))
-    conn.execute(text(_STAGE_TRIALS), [{"first": first, "last": last} for first, last in _id_ranges(trial_ids)])
+    if trial_ids:
+        conn.execute(text(_STAGE_TRIALS), [{"first": first, "last": last} for first, last in _id_ranges(trial_ids)])
     # PostgreSQL plans from statistics, and a temporary table has none until analyzed: it would be
     # planned as holding as many rows as the largest unit staged on this connection did.
     conn.execute(text("ANALYZE summary_trials"))
     conn.execute(text(_KEYS))
-    for run_id, task_id in sorted(left_keys):
+    for run_id, task_id in sorted(left_keys, key=lambda key: (key[0], key[1] is None, key[1] or 0)):
         conn.execute(text(_LEFT_KEY), {"run_id": run_id, "task_id": task_id})
     conn.execute(text("ANALYZE summary_keys"))
     for statement in (*_TRIAL_LENGTHS, *_OUTCOMES):

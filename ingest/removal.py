@@ -1,0 +1,175 @@
+"""Rows that stop being true: an unfinished trial its job deleted, and a task no trial is of.
+
+`harbor jobs resume` deletes the folder of every trial of the job that has no result.json and
+runs the trial again under a new name. A warehouse that ingested the job while such a trial ran
+holds it (status `incomplete`); the job no longer does, nor does its count. `deleted_trials`
+finds these trials when the job's folder is ingested again, and `remove_trials` deletes each
+with everything that hangs on it (episodes, turns, provenance, conflicts, its summary rows by
+way of the keys it returns, the messages and ledger rows nothing else needs) inside the
+caller's unit, so the removal and its ledger row commit together or not at all.
+
+A trial is deleted only when all of these hold: it is unfinished; its run is the job's; the
+job's folder has no entry of its name; no folder it was loaded from exists any more; the job's
+result.json does not count it; and every unit that holds it is a trial folder (a Parquet or Hub
+dataset still holds what it held, and Harbor exports finished trials only). A finished trial is
+never deleted: archives delete a job's folders once they are ingested.
+
+`drop_unused_tasks` removes the tasks that no trial and no summary row refers to any more: the
+task a running trial was guessed under (its config.json) once it finishes under another, and
+the task of a removed trial.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Connection, delete, exists, select
+
+from warehouse.db import models
+
+_TRIALS, _RUNS, _TASKS = models.Trial.__table__, models.Run.__table__, models.Task.__table__
+_EPISODES, _TURNS, _MESSAGES = models.Episode.__table__, models.Turn.__table__, models.Message.__table__
+_LOADS, _SOURCES = models.Load.__table__, models.Source.__table__
+_TRIAL_LOADS, _EPISODE_LOADS = models.TrialLoad.__table__, models.EpisodeLoad.__table__
+_CONFLICTS, _LENGTHS = models.Conflict.__table__, models.TrialLength.__table__
+_OUTCOMES, _RUN_SOURCES = models.RunTaskOutcome.__table__, models.RunSource.__table__
+
+_CHUNK = 500  # ids per IN list
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """A stored trial its job deleted, and the units (trial folders) that held it."""
+
+    trial_id: int
+    run_id: int
+    trial_name: str
+    loads: tuple[tuple[int, str, str, str], ...]  # (load id, source uri, unit, content hash)
+
+
+def deleted_trials(conn: Connection, run_keys: Collection[str], job_dir: Path, counted: Collection[str]
+                   ) -> list[Deleted]:
+    """The unfinished trials of the job's runs (`run_keys`) that the job deleted (see the module
+    docstring); `counted`: the trial names the job's result.json lists (traces.trials_counted)."""
+    if not run_keys:
+        return []
+    unfinished = conn.execute(
+        select(_TRIALS.c.id, _TRIALS.c.run_id, _TRIALS.c.trial_name)
+        .join(_RUNS, _RUNS.c.id == _TRIALS.c.run_id)
+        .where(_RUNS.c.run_key.in_(sorted(run_keys)), _TRIALS.c.status == "incomplete")
+        .order_by(_TRIALS.c.id)).all()
+    if not unfinished:
+        return []
+    try:
+        present = set(os.listdir(job_dir))
+    except OSError:  # the job's folder cannot be listed (gone since): nothing can be said to be gone
+        return []
+    candidates = {row.id: row for row in unfinished if row.trial_name not in present and row.trial_name not in counted}
+    units: dict[int, list[tuple[str, int, str, str, str]]] = {}
+    for ids in _chunks(candidates):
+        for trial_id, *unit in conn.execute(
+                select(_TRIAL_LOADS.c.trial_id, _SOURCES.c.kind, _LOADS.c.id, _SOURCES.c.uri, _LOADS.c.unit,
+                       _LOADS.c.content_hash)
+                .join(_LOADS, _LOADS.c.id == _TRIAL_LOADS.c.load_id)
+                .join(_SOURCES, _SOURCES.c.id == _LOADS.c.source_id)
+                .where(_TRIAL_LOADS.c.trial_id.in_(ids))):
+            units.setdefault(trial_id, []).append(tuple(unit))
+    out = []
+    for trial_id, row in candidates.items():
+        held = sorted(units.get(trial_id, ()))
+        if held and all(kind == "traces" and not os.path.lexists(Path(uri) / unit) for kind, _, uri, unit, _ in held):
+            out.append(Deleted(trial_id, row.run_id, row.trial_name, tuple(load for _, *load in held)))
+    return out
+
+
+def remove_trials(conn: Connection, trials: list[Deleted]) -> set[tuple[int, int | None]]:
+    """Delete the trials, inside the caller's unit (its queued rows written first), with their
+    episodes, turns, provenance and conflicts, their trial folders' ledger rows (such a unit
+    holds its one trial), their lengths, the run's sources they alone stood for, and the
+    messages nothing else refers to. The (run, task) keys they were under, for the caller to
+    have summarized again (summaries.refresh's left keys) and to drop their tasks if unused."""
+    trial_ids = [t.trial_id for t in trials]
+    load_ids = sorted({load[0] for t in trials for load in t.loads})
+    keys = {(run_id, task_id) for ids in _chunks(trial_ids) for run_id, task_id in conn.execute(
+        select(_TRIALS.c.run_id, _TRIALS.c.task_id).where(_TRIALS.c.id.in_(ids)))}
+    episode_ids = [e for ids in _chunks(trial_ids)
+                   for e in conn.execute(select(_EPISODES.c.id).where(_EPISODES.c.trial_id.in_(ids))).scalars()]
+    messages = {m for ids in _chunks(episode_ids)
+                for m in conn.execute(select(_TURNS.c.message_id).where(_TURNS.c.episode_id.in_(ids))).scalars()}
+    messages |= {m for ids in _chunks(trial_ids)
+                 for m in conn.execute(select(_TRIALS.c.instruction_id).where(_TRIALS.c.id.in_(ids))).scalars()}
+    messages.discard(None)
+    run_sources = {(run_id, source_id) for ids in _chunks(load_ids) for run_id, source_id in conn.execute(
+        select(_TRIALS.c.run_id, _LOADS.c.source_id)
+        .join(_TRIAL_LOADS, _TRIAL_LOADS.c.trial_id == _TRIALS.c.id)
+        .join(_LOADS, _LOADS.c.id == _TRIAL_LOADS.c.load_id).where(_LOADS.c.id.in_(ids)))}
+
+    # Children before parents: PostgreSQL checks every reference as it goes.
+    _delete(conn, _CONFLICTS, _CONFLICTS.c.load_id, load_ids)
+    _delete(conn, _CONFLICTS, _CONFLICTS.c.entity_id, trial_ids, _CONFLICTS.c.entity == "trial")
+    _delete(conn, _CONFLICTS, _CONFLICTS.c.entity_id, episode_ids, _CONFLICTS.c.entity == "episode")
+    _delete(conn, _EPISODE_LOADS, _EPISODE_LOADS.c.load_id, load_ids)
+    _delete(conn, _EPISODE_LOADS, _EPISODE_LOADS.c.episode_id, episode_ids)
+    _delete(conn, _TURNS, _TURNS.c.episode_id, episode_ids)
+    _delete(conn, _EPISODES, _EPISODES.c.id, episode_ids)
+    _delete(conn, _TRIAL_LOADS, _TRIAL_LOADS.c.trial_id, trial_ids)
+    _delete(conn, _LENGTHS, _LENGTHS.c.trial_id, trial_ids)
+    _delete(conn, _TRIALS, _TRIALS.c.id, trial_ids)
+    # A trial folder's unit holds its one trial; a unit that somehow holds others is kept.
+    _delete(conn, _LOADS, _LOADS.c.id, load_ids, ~exists().where(_TRIAL_LOADS.c.load_id == _LOADS.c.id))
+    for run_id, source_id in sorted(run_sources):
+        still = exists().where(_TRIALS.c.run_id == run_id, _TRIAL_LOADS.c.trial_id == _TRIALS.c.id,
+                               _LOADS.c.id == _TRIAL_LOADS.c.load_id, _LOADS.c.source_id == source_id)
+        conn.execute(delete(_RUN_SOURCES).where(_RUN_SOURCES.c.run_id == run_id, _RUN_SOURCES.c.source_id == source_id,
+                                                ~still))
+    _drop_unused_messages(conn, messages)
+    return keys
+
+
+def drop_unused_tasks(conn: Connection, task_ids: Iterable[int | None]) -> None:
+    """Delete those of the tasks that no trial of any run is of, nor any summary row names.
+    (run_task_breakdown has a row under a task only where run_task_outcomes has one: the two
+    are refreshed together.)"""
+    for ids in _chunks(sorted({t for t in task_ids if t is not None})):
+        conn.execute(delete(_TASKS).where(
+            _TASKS.c.id.in_(ids), ~exists().where(_TRIALS.c.task_id == _TASKS.c.id),
+            ~exists().where(_OUTCOMES.c.task_id == _TASKS.c.id)))
+
+
+def _drop_unused_messages(conn: Connection, candidates: set[int]) -> None:
+    """Delete the messages among `candidates` that no turn, trial instruction or conflict refers
+    to: a message is its text, and a warehouse that never held the removed trial has no such text.
+    A conflict names messages by id in its JSON (a conflicting row's turns, an instruction), so a
+    message one names is kept."""
+    used = set()
+    for ids in _chunks(sorted(candidates)):
+        used.update(conn.execute(select(_TURNS.c.message_id).where(_TURNS.c.message_id.in_(ids))).scalars())
+        used.update(conn.execute(select(_TRIALS.c.instruction_id).where(_TRIALS.c.instruction_id.in_(ids))).scalars())
+    unused = candidates - used
+    if not unused:
+        return
+    with conn.execute(select(_CONFLICTS.c.field, _CONFLICTS.c.kept, _CONFLICTS.c.incoming)
+                      .where(_CONFLICTS.c.field.in_(("conversation", "instruction_id")))
+                      .execution_options(yield_per=1000)) as named:
+        for field, kept, incoming in named:
+            if field == "conversation":
+                unused -= {turn[1] for turn in (incoming or {}).get("turns", ())}
+            else:
+                unused -= {(kept or {}).get("instruction_id"), (incoming or {}).get("instruction_id")}
+            if not unused:
+                return
+    _delete(conn, _MESSAGES, _MESSAGES.c.id, sorted(unused))
+
+
+def _delete(conn: Connection, table, column, ids: list[int], *where) -> None:
+    for chunk in _chunks(ids):
+        conn.execute(delete(table).where(column.in_(chunk), *where))
+
+
+def _chunks(ids: Iterable[int]) -> Iterator[list[int]]:
+    ids = list(ids)
+    for start in range(0, len(ids), _CHUNK):
+        yield ids[start:start + _CHUNK]
