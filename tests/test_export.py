@@ -28,6 +28,7 @@ from warehouse.errors import WarehouseError
 from warehouse.export import export_hub
 from warehouse.export_tables import export_tables
 from warehouse.filters import Filters
+from warehouse.harbor_rows import Columns
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
 UUID = "6a29732a-0000-4000-8000-000000000001"
@@ -387,20 +388,19 @@ def _ingest_trace_trial(engine) -> None:
 
 def test_trace_rows_export_with_harbor_columns(engine, tmp_path):
     _ingest_trace_trial(engine)
-    info = export_hub(engine, tmp_path / "out", sources=["job-1"])
+    info = export_hub(engine, tmp_path / "out", sources=["job-1"], columns=Columns(instruction=True, verifier_output=True))
     assert [p.name for p in info.files] == ["train-00000-of-00001.parquet"]
     assert any("surrogate" in note for note in info.notes)
     table = pq.read_table(info.files[0])
     assert table.schema.names == ["conversations", "agent", "model", "model_provider", "date", "task", "episode",
-                                  "run_id", "trial_name", "result", "verifier_output", "trace_source",
-                                  "instruction"]
-    assert table.schema.field("conversations").type == CONVERSATIONS
+                                  "run_id", "trial_name", "result", "instruction", "verifier_output", "trace_source"]
+    assert table.schema.field("conversations").type == pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
     rows = table.to_pylist()
     assert [(r["episode"], r["trace_source"]) for r in rows] == [
         ("episode-0", "main"), ("episode-1", "main"), ("episode-0", "summarization-1-summary")]
     first = rows[0]
-    assert first["conversations"] == [{"content": "Solve it.", "role": "user"},
-                                      {"content": "lone \ufffd surrogate", "role": "assistant"}]
+    assert first["conversations"] == [{"role": "user", "content": "Solve it."},
+                                      {"role": "assistant", "content": "lone \ufffd surrogate"}]
     assert (first["model"], first["model_provider"], first["run_id"]) == (
         "openai/gpt-4o", "unknown-provider", "hello__abcdefg")
     assert rows[2]["model"] == "unknown-model"
@@ -414,9 +414,9 @@ def test_trace_directory_export_reingests_as_the_same_episodes(engine, tmp_path)
     job = FIXTURES / "jobs" / "pinchbench-147-kimi2.6"
     first = ingest(engine, [str(job)])
     assert first.errors == [] and first.episodes_new > 0
-    info = export_hub(engine, tmp_path / "out", sources=[str(job)])
+    info = export_hub(engine, tmp_path / "out", sources=[str(job)], columns=Columns(instruction=True, verifier_output=True))
     assert info.n_rows == first.episodes_new
-    assert {"trace_source", "instruction"} <= set(pq.read_schema(info.files[0]).names)
+    assert {"instruction", "verifier_output"} <= set(pq.read_schema(info.files[0]).names)
     again = ingest(engine, [str(tmp_path / "out")])
     assert (again.episodes_new, again.episodes_duplicate, again.conflicts) == (0, first.episodes_new, 0)
 

@@ -117,13 +117,22 @@ def test_episodes_last_and_all(engine, tmp_path):
     _build(engine)
     every = export_hub(engine, tmp_path / "all", pick=Pick(episodes="all", where="trial_name IN ('x1', 'z1')"))
     assert every.n_rows == 8  # x1: 3 main + 1 subagent; z1: 2 + 1 in step a, 1 in step b
+    # The last episode of each main trajectory (each step's), and, as Harbor writes them whatever
+    # --episodes says, every subagent row: after the main rows, as Harbor's merge puts them.
     last = export_hub(engine, tmp_path / "last", pick=Pick(episodes="last", where="trial_name IN ('x1', 'z1')"))
-    assert sorted(_picked(last)) == [("x1", "run-a", "episode-2"), ("z1", "run-b", "episode-0"),
-                                     ("z1", "run-b", "episode-1")]
     rows = pq.read_table(last.files[0]).to_pylist()
-    assert [len(r["conversations"]) for r in rows if r["trial_name"] == "x1"] == [6]
-    # Every trial, its last episodes: one row per main trajectory with an episode.
-    assert export_hub(engine, tmp_path / "every-last", pick=Pick(episodes="last")).n_rows == 10
+    assert [(r["trial_name"], r["episode"], r["trace_source"], len(r["conversations"])) for r in rows] == [
+        ("x1", "episode-2", "main", 6), ("z1", "episode-1", "main", 4), ("z1", "episode-0", "main", 2),
+        ("x1", "episode-0", "summarization-1-summary", 2), ("z1", "episode-0", "summarization-1-summary", 2)]
+    # --no-subagents: the main rows alone (and no trace_source column, as Harbor's).
+    mains = export_hub(engine, tmp_path / "mains", pick=Pick(episodes="last", subagents=False,
+                                                             where="trial_name IN ('x1', 'z1')"))
+    assert _picked(mains) == [("x1", "run-a", "episode-2"), ("z1", "run-b", "episode-1"), ("z1", "run-b", "episode-0")]
+    assert "trace_source" not in pq.read_schema(mains.files[0]).names
+    no_subagents = export_hub(engine, tmp_path / "no-sub", pick=Pick(subagents=False, where="trial_name IN ('x1', 'z1')"))
+    assert no_subagents.n_rows == 6
+    # Every trial, its last episodes: one row per main trajectory with an episode, and the 2 subagents'.
+    assert export_hub(engine, tmp_path / "every-last", pick=Pick(episodes="last")).n_rows == 12
     # The default (no options) is every episode, as before.
     assert export_hub(engine, tmp_path / "plain").n_rows == counts(engine)["episodes"]
 
@@ -260,8 +269,10 @@ def test_two_exports_are_the_same_bytes(engine, db_url, tmp_path):
     assert after == before
     assert (out / "notes.txt").read_text() == "mine"
     rows = pq.read_table(out / "data" / "train-00000-of-00001.parquet").to_pylist()
-    # In load order (each trial here is its own unit, loaded in _build's order).
-    assert [(r["trial_name"], r["run_id"]) for r in rows] == [("x3", "run-a"), ("y", "run-a"), ("z1", "run-b"), ("z1", "run-b")]
+    # In load order (each trial here is its own unit, loaded in _build's order), subagent rows last.
+    assert [(r["trial_name"], r["run_id"], r["trace_source"]) for r in rows] == [
+        ("x3", "run-a", "main"), ("y", "run-a", "main"), ("z1", "run-b", "main"), ("z1", "run-b", "main"),
+        ("z1", "run-b", "summarization-1-summary")]
 
 
 # --- --where is read-only and one expression ---------------------------------------------------

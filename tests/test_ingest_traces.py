@@ -196,19 +196,16 @@ def test_trial_directories_get_consecutive_ids_whatever_the_backend(engine, tmp_
 
 def _harbor_export(engine, tmp_path: Path, name: str, keep=lambda row: True) -> Path:
     """What `harbor traces export` writes for the trials `engine` holds from their trace
-    directories (harbor-formats.md §4.2–4.4): the warehouse's own export (Harbor's columns, each
-    episode the prefix §4.4 builds) made into Harbor's shape. Harbor finds each steps/<name>/ of
-    a multi-step trial as a trial of its own, so its rows are episode-0… again, under the same
-    trial_name, and only merged subagents carry a trace_source column: a step's rows have none,
-    nor has a per-subagent dataset (merge_subagents=False), whose rows are always episode-0."""
+    directories: the warehouse's export of them, which writes Harbor's rows
+    (warehouse.harbor_rows; tests/test_harbor_rows.py compares it with Harbor's own), the rows
+    `keep` keeps. Harbor finds each steps/<name>/ of a multi-step trial as a trial of its own, so
+    its rows are episode-0… again, under the same trial_name, with no step marker."""
     export_hub(engine, tmp_path / f"{name}-warehouse")
-    rows = [row for row in pq.read_table(next((tmp_path / f"{name}-warehouse").rglob("*.parquet"))).to_pylist()
-            if keep(row)]
-    for row in rows:
-        assert "/" not in row.pop("trace_source")  # no subagent of a step: the step is the row's "main"
+    table = pq.read_table(next((tmp_path / f"{name}-warehouse").rglob("*.parquet")))
+    rows = [row for row in table.to_pylist() if keep(row)]
     path = tmp_path / name / "data" / "train-00000-of-00001.parquet"
     path.parent.mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(rows), path)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
     return path.parents[1]
 
 

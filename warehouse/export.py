@@ -5,8 +5,8 @@
   output shard with the same file name, the same Arrow schema (`loads.arrow_schema`, metadata
   included) and the same rows in the same order (the provenance in `episode_loads`), every value
   cast back to its original type. Trials read from trace directories have no Hub schema: their
-  episodes go to `train-*` shards with Harbor's standard columns, as `harbor traces export`
-  writes them.
+  episodes go to `train-*` shards as `harbor traces export` writes them, for the options given
+  (warehouse.harbor_rows: columns, Arrow schema, values, row order).
 - **By run** (no `sources=`: every run, or those `filters=` keep): each episode once (from the
   first unit that brought it), under the *union* of the schemas of the shards the rows came
   from, so that no column of any of them is dropped (a row gets null in the columns its own shard
@@ -44,6 +44,8 @@ from warehouse.arrow_json import from_json
 from warehouse.db import models
 from warehouse.errors import WarehouseError, first_line
 from warehouse.filters import Filters
+from warehouse import harbor_rows
+from warehouse.harbor_rows import Columns
 from warehouse.hub_columns import FIELD_COLUMNS
 from warehouse.outdir import staged_output
 from warehouse.runs import labels_of
@@ -68,11 +70,6 @@ SHARD_BYTES = 500 << 20
 IN_CHUNK = 500  # ids per `IN (...)`: far below both backends' bound-parameter limits
 COMPRESSION = "zstd"
 
-MESSAGE = pa.struct([("content", pa.string()), ("role", pa.string())])
-# Harbor's columns, in the order `harbor traces export` writes them; tool_definitions (after
-# trial_name), trace_source and instruction are added when the rows have them.
-HARBOR_COLUMNS = ("agent", "model", "model_provider", "date", "task", "episode", "run_id", "trial_name",
-                  "result", "verifier_output")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -154,11 +151,13 @@ class ExportInfo:
 def export_hub(engine: Engine, out_dir: str | Path, filters: Filters | None = None,
                sources: Sequence[str] | None = None, *, pick: Pick | None = None,
                command: Sequence[str] | None = None, force: bool = False,
-               timeout: float = DEFAULT_PICK_TIMEOUT, card_paths: CardPaths = CardPaths()) -> ExportInfo:
+               timeout: float = DEFAULT_PICK_TIMEOUT, card_paths: CardPaths = CardPaths(),
+               columns: Columns = Columns()) -> ExportInfo:
     """Write the rows of `sources` (names or URIs; none: every run's episodes), narrowed by
     `filters` (warehouse.filters: runs, tasks, models, agents, labels) and `pick`
     (warehouse.selection), as a Hub dataset in `out_dir`, which must be missing or empty unless
-    `force`. `command` is the command line the card names; `card_paths`, how the card names
+    `force`. `columns`: the metadata columns of trace-directory rows (Harbor's
+    --instruction-metadata, --verifier-metadata). `command` is the command line the card names; `card_paths`, how the card names
     local paths (CardPaths: by default, never absolute). `timeout`: the seconds the trials may
     take to pick (the statement holding the filters and --where, run as `warehouse sql` runs a
     query); writing them out is not timed."""
@@ -168,10 +167,12 @@ def export_hub(engine: Engine, out_dir: str | Path, filters: Filters | None = No
     with engine.connect() as conn:
         selection = _Selection.resolve(conn, sources, filters or Filters(), pick or Pick(), timeout)
         info.note = selection.filters.unmatched(conn)
-        outputs = _plan_sources(conn, selection) if selection.source_ids else [_plan_runs(conn, selection)]
+        outputs = (_plan_sources(conn, selection, columns) if selection.source_ids
+                   else [_plan_runs(conn, selection, columns)])
         if selection.source_ids:
             info.notes += _missing_rows(conn, selection.source_ids)
-        builder = _RowBuilder(conn)
+        info.notes += _running_trials(conn, selection)
+        builder = _RowBuilder(conn, columns)
         with staged_output(out, force, info.replaced) as staging:
             # Shards are written under temporary names in their own folder (a final name may be
             # anything an input shard was called) and renamed once all of them are known.
@@ -256,9 +257,15 @@ class _Output:
     file_name: str | None = None
     dedupe: bool = False  # one row per episode: its first provenance row
     keep_empty: bool = False  # an input shard that was empty (or all rejected) stays a shard
+    # Trace-directory rows in Harbor's order (harbor_rows): main rows first, then subagent kinds.
+    harbor_order: bool = False
 
 
-def _plan_sources(conn: Connection, sel: _Selection) -> list[_Output]:
+# Harbor's exporter skips a trial directory without result.json (a trial still running).
+_FINISHED = TRIALS.c.status == "complete"
+
+
+def _plan_sources(conn: Connection, sel: _Selection, columns: Columns) -> list[_Output]:
     outputs = []
     hub_loads = select(LOADS.c.id, LOADS.c.unit, LOADS.c.arrow_schema).where(
         LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_not(None)).order_by(LOADS.c.id)
@@ -266,22 +273,22 @@ def _plan_sources(conn: Connection, sel: _Selection) -> list[_Output]:
         outputs.append(_Output(schema=_load_schema(load.arrow_schema), file_name=Path(load.unit).name,
                                where=[EPISODE_LOADS.c.load_id == load.id, *sel.row_filter],
                                keep_empty=not sel.narrowed))
-    traces = [LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_(None), *sel.row_filter]
+    traces = [LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_(None), _FINISHED, *sel.row_filter]
     if _any_row(conn, traces):
-        outputs.append(_Output(schema=_harbor_schema(conn, traces), where=traces))
+        outputs.append(_Output(schema=_harbor_schema(conn, traces, columns), where=traces, harbor_order=True))
     return outputs
 
 
-def _plan_runs(conn: Connection, sel: _Selection) -> _Output:
-    where = sel.row_filter
+def _plan_runs(conn: Connection, sel: _Selection, columns: Columns) -> _Output:
+    where = [*sel.row_filter, or_(LOADS.c.arrow_schema.is_not(None), _FINISHED)]
     loads = select(EPISODE_LOADS.c.load_id).select_from(_PROVENANCE).where(*where)
     texts = conn.execute(select(LOADS.c.arrow_schema).where(
         LOADS.c.id.in_(loads), LOADS.c.arrow_schema.is_not(None)).order_by(LOADS.c.id)).scalars()
     schemas = [_load_schema(text) for text in dict.fromkeys(texts)]
     traces = [*where, LOADS.c.arrow_schema.is_(None)]
     if not schemas or _any_row(conn, traces):
-        schemas.append(_harbor_schema(conn, traces))
-    return _Output(schema=_union(schemas), where=where, dedupe=True)
+        schemas.append(_harbor_schema(conn, traces, columns))
+    return _Output(schema=_union(schemas), where=where, dedupe=True, harbor_order=True)
 
 
 def _union(schemas: list[pa.Schema]) -> pa.Schema:
@@ -304,40 +311,36 @@ def _one_schema(schemas: list[pa.Schema]) -> pa.Schema | None:
     return None
 
 
-def _harbor_schema(conn: Connection, where: list) -> pa.Schema:
-    """Harbor's standard columns for rows without a Hub schema, plus tool_definitions when some
-    trajectory has them, trace_source when some are subagent or step episodes and instruction
-    when some trial has one."""
-    fields = [pa.field("conversations", pa.list_(MESSAGE))] + [pa.field(c, pa.string()) for c in HARBOR_COLUMNS]
-    tools = _tool_definitions_type(conn, where)
-    if tools is not None:
-        fields.insert([f.name for f in fields].index("trial_name") + 1, pa.field("tool_definitions", tools))
-    if _any_row(conn, [*where, EPISODES.c.trace_source != "main"]):
-        fields.append(pa.field("trace_source", pa.string()))
-    if _any_row(conn, [*where, TRIALS.c.instruction_id.is_not(None)]):
-        fields.append(pa.field("instruction", pa.string()))
-    return pa.schema(fields)
+# An episode of a main trajectory (harbor_rows), in the statements over _PROVENANCE.
+_MAIN_TRAJECTORY = text(harbor_rows.main_trajectory_sql("episodes"))
+_SUBAGENT = text(f"NOT {harbor_rows.main_trajectory_sql('episodes')}")
+
+
+def _harbor_schema(conn: Connection, where: list, columns: Columns) -> pa.Schema:
+    """Harbor's schema (harbor_rows.schema) for the trace-directory rows `where` selects:
+    tool_definitions when the first main row has some (`datasets` takes the first row's keys),
+    trace_source when some row is a subagent's."""
+    return harbor_rows.schema(tool_definitions=_tool_definitions_type(conn, where), columns_=columns,
+                              trace_source=_any_row(conn, [*where, _SUBAGENT]))
 
 
 def _tool_definitions_type(conn: Connection, where: list) -> pa.DataType | None:
     """The type `datasets` gives Harbor's tool_definitions column (a list of OpenAI function
-    schemas, as structs): Arrow's inference over the rows' distinct values. None when no row
-    has any."""
+    schemas, as structs): Arrow's inference over the rows' distinct values. None when the first
+    main row (in load and row order) has none: its keys are the dataset's columns."""
     tools = EPISODES.c.extra["tool_definitions"]
+    first = conn.execute(select(tools).select_from(_PROVENANCE).where(*where, _MAIN_TRAJECTORY)
+                         .order_by(EPISODE_LOADS.c.load_id, EPISODE_LOADS.c.row_number).limit(1)).scalar()
+    if not first:
+        return None
     stmt = select(tools).distinct().select_from(_PROVENANCE).where(*where)
-    values = [_tool_definitions(v) for v in conn.execute(stmt).scalars() if v]
+    values = [harbor_rows.tool_definitions(v) for v in conn.execute(stmt).scalars() if v]
     if not values:
         return None
     try:
         return pa.array(values).type
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise WarehouseError(f"the trajectories' tool_definitions do not fit one Arrow type ({first_line(exc)})") from None
-
-
-def _tool_definitions(value: Any) -> Any:
-    """A trajectory's tool definitions as episodes.extra keeps them: JSON text, which keeps the
-    keys' order (loads before 2026-12-01 kept the parsed list)."""
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def _load_schema(text: str) -> pa.Schema:
@@ -358,12 +361,13 @@ def _any_row(conn: Connection, where: list) -> bool:
     return conn.execute(stmt).first() is not None
 
 
-def _provenance_query(output: _Output):
-    """(load_id, row_number, episode_id, from_hub, the row's own extra or None) of the output's
-    rows, in load and row order."""
+def _provenance_query(output: _Output, *where):
+    """(load_id, row_number, episode_id, from_hub, the row's own extra or None, the episode's
+    trace_source) of the output's rows (and `where`), in load and row order."""
     el = EPISODE_LOADS
-    stmt = (select(el.c.load_id, el.c.row_number, el.c.episode_id, LOADS.c.arrow_schema.is_not(None), el.c.extra)
-            .select_from(_PROVENANCE).where(*output.where).order_by(el.c.load_id, el.c.row_number))
+    stmt = (select(el.c.load_id, el.c.row_number, el.c.episode_id, LOADS.c.arrow_schema.is_not(None), el.c.extra,
+                   EPISODES.c.trace_source)
+            .select_from(_PROVENANCE).where(*output.where, *where).order_by(el.c.load_id, el.c.row_number))
     if output.dedupe:
         earlier = aliased(el)
         stmt = stmt.where(~exists().where(earlier.c.episode_id == el.c.episode_id, or_(
@@ -392,24 +396,64 @@ def _missing_rows(conn: Connection, source_ids: list[int]) -> list[str]:
     return notes
 
 
+def _running_trials(conn: Connection, sel: _Selection) -> list[str]:
+    """The trace-directory trials left out because they had not finished (no result.json)."""
+    where = [LOADS.c.arrow_schema.is_(None), ~_FINISHED, *sel.row_filter]
+    if sel.source_ids:
+        where.append(LOADS.c.source_id.in_(sel.source_ids))
+    n = conn.execute(select(func.count(func.distinct(TRIALS.c.id))).select_from(_PROVENANCE).where(*where)).scalar()
+    if not n:
+        return []
+    return [f"{n} trial{'s' if n > 1 else ''} without result.json (still running when read) "
+            f"{'are' if n > 1 else 'is'} not written, as Harbor's exporter skips them"]
+
+
 # --- rows ----------------------------------------------------------------------------------
 
 
 class _RowBuilder:
     """Rebuilds Hub rows (column name -> Python value) from the tables, a chunk at a time."""
 
-    def __init__(self, conn: Connection):
+    def __init__(self, conn: Connection, columns: Columns = Columns()):
         self.conn = conn
+        self.columns = columns
         self.n_surrogate_texts = 0
         # Rows written per load and per run (ids): the card's provenance.
         self.rows_by_load: Counter[int] = Counter()
         self.rows_by_run: Counter[int] = Counter()
 
     def rows(self, output: _Output) -> Iterator[tuple[dict[str, Any], int]]:
-        """(row, text size) for each row of the output, in order."""
-        result = self.conn.execution_options(yield_per=CHUNK_ROWS).execute(_provenance_query(output))
-        for chunk in result.partitions():
-            yield from self._chunk(chunk)
+        """(row, text size) for each row of the output, in order: load and row order, except
+        that, in Harbor's order, trace-directory rows of subagents come after all the others,
+        kind by kind (each kind in the order it first appears, its rows in load and row order:
+        one more pass over the provenance per kind)."""
+        kinds: dict[str, None] = {}
+        for chunk in self._provenance(output):
+            main = []
+            for row in chunk:
+                kind = self._kind(output, row)
+                if kind is None:
+                    main.append(row)
+                else:
+                    kinds.setdefault(kind)
+            yield from self._chunk(main)
+        # A trace row is a subagent's by its episode's source, or by its own (EPISODE_LOADS.extra).
+        candidates = (LOADS.c.arrow_schema.is_(None), or_(_SUBAGENT, EPISODE_LOADS.c.extra.is_not(None)))
+        for kind in kinds:
+            for chunk in self._provenance(output, *candidates):
+                yield from self._chunk([row for row in chunk if self._kind(output, row) == kind])
+
+    def _provenance(self, output: _Output, *where) -> Iterator[Sequence[tuple]]:
+        result = self.conn.execution_options(yield_per=CHUNK_ROWS).execute(_provenance_query(output, *where))
+        return result.partitions()
+
+    @staticmethod
+    def _kind(output: _Output, row: tuple) -> str | None:
+        """The subagent kind a row waits for (None: written in place)."""
+        _, _, _, from_hub, own_extra, trace_source = row
+        if from_hub or not output.harbor_order:
+            return None
+        return harbor_rows.kind(trace_source, own_extra)
 
     def notes(self) -> list[str]:
         if not self.n_surrogate_texts:
@@ -418,6 +462,8 @@ class _RowBuilder:
                 f"they were written with U+FFFD in their place"]
 
     def _chunk(self, chunk: Sequence[tuple]) -> Iterator[tuple[dict[str, Any], int]]:
+        if not chunk:
+            return
         episodes = self._by_id(EPISODES, {r[2] for r in chunk})
         trial_ids = {e.trial_id for e in episodes.values()}
         trials = {t.id: t for t in self._select_in(
@@ -432,7 +478,8 @@ class _RowBuilder:
         texts = self._texts({t.message_id for ts in turns.values() for t in ts}
                             | {t.instruction_id for t in trials.values()} | overlay_messages
                             | {message_id for ts in own_turns.values() for _, message_id, _ in ts})
-        for load_id, row_number, episode_id, from_hub, own_extra in chunk:
+        steps: dict[int, dict] = {}  # per trial: {step: (instruction, verifier_output)}
+        for load_id, row_number, episode_id, from_hub, own_extra, _ in chunk:
             episode = episodes[episode_id]
             trial = trials[episode.trial_id]
             self.rows_by_load[load_id] += 1
@@ -448,7 +495,12 @@ class _RowBuilder:
                 "trace_source": episode.trace_source,
             }
             extra = own_extra if own_extra is not None else episode.extra
-            values = _hub_row(values, extra) if from_hub else _harbor_row(values, extra)
+            if from_hub:
+                values = _hub_row(values, extra)
+            else:
+                if trial.id not in steps:
+                    steps[trial.id] = harbor_rows.step_texts(trial.detail)
+                values = harbor_rows.row(values, extra, steps[trial.id], self.columns)
             size = sum(len(m["content"] or "") for m in conversation) + len(values.get("verifier_output") or "")
             yield values, size
 
@@ -523,23 +575,6 @@ def _hub_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, 
     it was null or empty (stored under the key "main"), and the trial columns in which the row
     differed from its trial's first row in its shard (ingest.hub.ROW_VALUE_COLUMNS)."""
     return {**values, **(extra or {})}
-
-
-def _harbor_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
-    """A row from a trace directory, with the fallbacks `harbor traces export` applies: the
-    trajectory's agent and model name and tool definitions (kept in episodes.extra),
-    placeholders for a missing model or provider, and the trial name as run_id when the trial
-    has no job. A row that landed on an episode stored under another key (a step's episode first
-    loaded from Harbor's export, where steps have no marker) is written under its own key."""
-    extra = extra or {}
-    values["trace_source"] = extra.get("trace_source", values["trace_source"])
-    values["episode"] = extra.get("episode", values["episode"])
-    values["agent"] = extra.get("agent") or values["agent"]
-    values["model"] = extra.get("model") or values["model"] or "unknown-model"
-    values["model_provider"] = values["model_provider"] or "unknown-provider"
-    values["run_id"] = values["run_id"] or values["trial_name"]
-    values["tool_definitions"] = _tool_definitions(extra.get("tool_definitions"))
-    return values
 
 
 # --- writing -------------------------------------------------------------------------------

@@ -22,8 +22,10 @@ Meanings:
   both backends). Only trials with an episode to write are candidates, and trials whose task is
   unknown have no task to be picked for, so a pick other than `all` leaves them out.
 - `--episodes all` writes every episode of the trials (subagent and step episodes included);
-  `last` only the last episode of each main trajectory (`main`, or each step's `step:<name>` in
-  a multi-step trial), the rows `harbor traces export --episodes last` writes.
+  `last` the last episode of each main trajectory (`main`, or each step's `step:<name>` in a
+  multi-step trial) and every subagent episode, the rows `harbor traces export --episodes last`
+  writes (it ignores --episodes for subagents); `--no-subagents` leaves the subagents' out, as
+  Harbor's does (warehouse.harbor_rows says which episodes are a main trajectory's).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import URL
 
 from warehouse.errors import WarehouseError
+from warehouse.harbor_rows import main_trajectory_sql
 from warehouse.summaries import check_threshold
 
 if TYPE_CHECKING:
@@ -49,13 +52,11 @@ EPISODES = ("all", "last")
 # The trial_summary columns a pick reads; the --where predicate sees every column of the view.
 _SUMMARY_COLUMNS = "trial_id, run_key, task, trial_name, agent, model, reward, started_at"
 
-# The last episode of each main trajectory: a main or step trace source (subagents' are
-# "summarization-…" or "step:<name>/…") with no later episode.
-_LAST_EPISODE = (
-    "(e.trace_source = 'main' OR (e.trace_source LIKE 'step:%' AND e.trace_source NOT LIKE '%/%')) "
-    "AND NOT EXISTS (SELECT 1 FROM episodes later WHERE later.trial_id = e.trial_id "
-    "AND later.trace_source = e.trace_source AND later.episode_index > e.episode_index)"
-)
+# An episode of a main trajectory (subagents' are "summarization-…" or "step:<name>/…"), and
+# the last of one: no later episode of its trace source.
+_MAIN = main_trajectory_sql("e")
+_LAST = (f"{_MAIN} AND NOT EXISTS (SELECT 1 FROM episodes later WHERE later.trial_id = e.trial_id "
+         "AND later.trace_source = e.trace_source AND later.episode_index > e.episode_index)")
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class Pick:
     where: str | None = None
     per_task: str = "all"
     episodes: str = "all"
+    subagents: bool = True  # the subagents' episodes too (Harbor's --subagents/--no-subagents)
 
     def __post_init__(self) -> None:
         check_threshold(self.threshold)  # finite; its range is checked against the rewards (export)
@@ -78,7 +80,7 @@ class Pick:
     def __bool__(self) -> bool:
         """Whether it narrows anything."""
         return (self.solved is not None or self.where is not None or self.per_task != "all"
-                or self.episodes != "all")
+                or self.episodes != "all" or not self.subagents)
 
     def describe(self) -> list[str]:
         """What it keeps, one line each, for the dataset card."""
@@ -90,6 +92,8 @@ class Pick:
             lines.append(f"where: `{self.where}`")
         lines.append(f"per task: {self.per_task}")
         lines.append(f"episodes: {self.episodes}")
+        if not self.subagents:
+            lines.append("subagents: left out")
         return lines
 
 
@@ -125,8 +129,10 @@ def trial_ids_sql(dialect: str, pick: Pick, filters: tuple[str, Mapping[str, Any
 
 
 def episodes_sql(pick: Pick) -> str:
-    """The condition on an episode `e` of a picked trial that --episodes sets."""
-    return _LAST_EPISODE if pick.episodes == "last" else "1=1"
+    """The condition on an episode `e` of a picked trial that --episodes and --no-subagents set."""
+    if pick.episodes == "last":
+        return f"({_LAST} OR NOT {_MAIN})" if pick.subagents else _LAST
+    return "1=1" if pick.subagents else _MAIN
 
 
 def _colons(predicate: str) -> str:

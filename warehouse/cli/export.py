@@ -75,8 +75,16 @@ def hub(
         "--per-task", help="Per task, keep every selected trial (all), or one: the highest reward then "
         "shortest (best), the fewest turns (shortest), the earliest started (first).")] = PerTask.all,
     episodes: Annotated[Episodes, typer.Option(
-        "--episodes", help="Every episode of the trials (all), or the last of each main trajectory, "
-        "as `harbor traces export --episodes last` (last).")] = Episodes.all,
+        "--episodes", help="Every episode of the trials (all), or the last of each main trajectory "
+        "and every subagent's, as `harbor traces export --episodes last` (last).")] = Episodes.all,
+    subagents: Annotated[bool, typer.Option(
+        "--subagents/--no-subagents", help="Also the subagents' episodes (summarizations), as "
+        "`harbor traces export`.")] = True,
+    instruction_metadata: Annotated[bool, typer.Option(
+        "--instruction-metadata", help="Trace-directory rows get Harbor's instruction column.")] = False,
+    verifier_metadata: Annotated[bool, typer.Option(
+        "--verifier-metadata", help="Trace-directory rows get Harbor's verifier_output column "
+        "(the verifier's stdout and stderr).")] = False,
     card_paths: Annotated[CardPathsChoice, typer.Option(
         "--card-paths", help="How README.md names local sources and the paths in the command it quotes: "
         "private (their path relative to --card-root, else their name and content hash) or full "
@@ -98,9 +106,12 @@ def hub(
     By run (or, without --run and --source, every run), each episode once, under the union of
     the schemas of the shards it came from.
 
-    --task, --label, --model, --agent, --solved, --where, --per-task and --episodes narrow
-    either to a dataset built by query; README.md says what was selected, from which runs,
-    sources and loads, and by which command.
+    --task, --label, --model, --agent, --solved, --where, --per-task, --episodes and
+    --no-subagents narrow either to a dataset built by query; README.md says what was selected,
+    from which runs, sources and loads, and by which command.
+
+    Trials read from trace directories are written as `harbor traces export` writes them, with
+    the same options (--episodes, --subagents, --instruction-metadata, --verifier-metadata).
 
     Examples:
 
@@ -113,14 +124,17 @@ def hub(
         raise typer.BadParameter("give --card-root or --card-paths full, not both", param_hint="--card-root")
     engine = state(ctx).read_engine()
     from warehouse.export import CardPaths, export_hub  # pyarrow: imported by the commands that use it
+    from warehouse.harbor_rows import Columns
     from warehouse.filters import Filters
     from warehouse.selection import Pick
 
     filters = Filters.of(run=run, task=task, model=model, agent=agent, label=label)
     paths = CardPaths(root=card_root, full=card_paths is CardPathsChoice.full)
-    pick = Pick(solved=solved, threshold=threshold, where=where, per_task=per_task.value, episodes=episodes.value)
+    pick = Pick(solved=solved, threshold=threshold, where=where, per_task=per_task.value, episodes=episodes.value,
+                subagents=subagents)
+    columns = Columns(instruction=instruction_metadata, verifier_output=verifier_metadata)
     info = export_hub(engine, out, filters, sources=source, pick=pick, command=_command_line(), force=force,
-                      timeout=timeout, card_paths=paths)
+                      timeout=timeout, card_paths=paths, columns=columns)
     if info.note:
         typer.echo(f"note: {info.note}", err=True)
     for note in info.notes:
