@@ -25,11 +25,14 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
 from warehouse.export import export_hub
+from warehouse.harbor_rows import Columns
+from warehouse.selection import Pick
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
 SUMMARY_REF = [{"trajectory_path": "trajectory.summarization-1-summary.json", "session_id": "s1"}]
@@ -82,24 +85,27 @@ def subagent_trial(job: Path) -> Path:
     return trial
 
 
-def _harbor_rows(rows: list[dict]) -> list[dict]:
-    """Our export's rows as Harbor writes them: a step is a trial of its own (its rows and its
-    subagents' carry the step's name nowhere)."""
+def _shard(path: Path, table: pa.Table) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+
+
+def _steps(rows: list[dict]) -> list[int]:
+    """Each row's step within its trial: Harbor writes a multi-step trial's steps one after the
+    other, each from episode-0 again (a subagent's rows count as its trial's first step)."""
+    step: dict[str, int] = {}
+    last: dict[str, int] = {}
     out = []
     for row in rows:
-        row = dict(row)
-        source = row.get("trace_source") or "main"
-        step, _, kind = source.partition("/")
-        if step.startswith("step:"):
-            row["trace_source"] = kind or "main"
-        row["_step"] = step if step.startswith("step:") else ""
-        out.append(row)
+        name, index = row["trial_name"], int(row["episode"].removeprefix("episode-"))
+        if (row.get("trace_source") or "main") == "main":
+            if name in last and index <= last[name]:
+                step[name] = step.get(name, 0) + 1
+            last[name] = index
+            out.append(step.get(name, 0))
+        else:
+            out.append(0)
     return out
-
-
-def _shard(path: Path, rows: list[dict], columns: list[str]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist([{c: r[c] for c in columns} for r in rows]), path)
 
 
 def make_sources(tmp_path: Path) -> dict[str, Path]:
@@ -111,42 +117,33 @@ def make_sources(tmp_path: Path) -> dict[str, Path]:
     schema.upgrade(maker)
     from ingest.pipeline import ingest
     assert ingest(maker, [str(traces)]).errors == []
-    export_hub(maker, tmp_path / "maker-export")
-    maker.dispose()
-    table = pq.read_table(next((tmp_path / "maker-export").rglob("*.parquet")))
-    rows = _harbor_rows(table.to_pylist())
-    columns = [c for c in table.column_names]
     sources = {"traces": traces}
+    (tmp_path / "made").mkdir()
 
-    def dataset(name: str, shards: dict[str, list[dict]], cols: list[str] | None = None) -> None:
-        root = tmp_path / "hub" / name
-        for shard, shard_rows in shards.items():
-            _shard(root / "data" / shard, shard_rows, cols or columns)
-        sources[name] = root
+    def export(name: str, **options) -> pa.Table:
+        info = export_hub(maker, tmp_path / "made" / name, **options)
+        return pa.concat_tables([pq.read_table(f) for f in info.files])
 
-    dataset("all", {"train-00000-of-00001.parquet": rows})
-    steps = sorted({r["_step"] for r in rows})
-    dataset("steps", {f"train-{i:05d}.parquet": [r for r in rows if r["_step"] == step]
-                      for i, step in enumerate(steps)})
-    last: dict[tuple, dict] = {}
-    for row in rows:
-        key = (row["trial_name"], row["_step"], row["trace_source"])
-        index = int(row["episode"].removeprefix("episode-"))
-        if key not in last or index > int(last[key]["episode"].removeprefix("episode-")):
-            last[key] = row
-    dataset("last", {"train-00000-of-00001.parquet": [r for r in rows if last.get(
-        (r["trial_name"], r["_step"], r["trace_source"])) is r]})
-    dataset("solved", {"train-00000-of-00001.parquet": [
-        r for r in rows if r["result"] is not None and _positive(r["result"])]})
-    dataset(SUBAGENT, {"train-00000-of-00001.parquet": [r for r in rows if r["trace_source"] == SUBAGENT]},
-            [c for c in columns if c != "trace_source"])
-    meta = [dict(r, instruction=r["conversations"][0]["content"].strip(),
-                 verifier_output=f"tests of {r['_step'] or 'the trial'} of {r['trial_name']}\n") for r in rows]
-    dataset("meta", {"train-00000-of-00001.parquet": meta},
-            [*(c for c in columns if c not in ("instruction", "verifier_output")), "instruction", "verifier_output"])
-    regraded = [dict(r, result="0.0") if r["trial_name"] == "keep__1234567" else r
-                for r in rows if last.get((r["trial_name"], r["_step"], r["trace_source"])) is r]
-    dataset("regraded", {"train-00000-of-00001.parquet": regraded})
+    def dataset(name: str, shards: dict[str, pa.Table]) -> None:
+        for shard, table in shards.items():
+            _shard(tmp_path / "hub" / name / "data" / shard, table)
+        sources[name] = tmp_path / "hub" / name
+
+    one = "train-00000-of-00001.parquet"
+    everything = export("all")
+    dataset("all", {one: everything})
+    steps = _steps(everything.to_pylist())
+    dataset("steps", {f"train-{i:05d}.parquet": everything.filter(pa.array([s == i for s in steps]))
+                      for i in sorted(set(steps))})
+    last = export("last", pick=Pick(episodes="last"))
+    dataset("last", {one: last})
+    dataset("solved", {one: export("solved", pick=Pick(solved=True))})
+    subagent = everything.filter(pc.equal(everything["trace_source"], SUBAGENT))
+    dataset(SUBAGENT, {one: subagent.drop_columns(["trace_source"])})
+    dataset("meta", {one: export("meta", columns=Columns(instruction=True, verifier_output=True))})
+    regraded = pc.if_else(pc.equal(last["trial_name"], "keep__1234567"), "0.0", last["result"])
+    dataset("regraded", {one: last.set_column(last.schema.get_field_index("result"), "result", regraded)})
+    maker.dispose()
     return sources
 
 

@@ -267,8 +267,9 @@ _FINISHED = TRIALS.c.status == "complete"
 
 def _plan_sources(conn: Connection, sel: _Selection, columns: Columns) -> list[_Output]:
     outputs = []
-    hub_loads = select(LOADS.c.id, LOADS.c.unit, LOADS.c.arrow_schema).where(
-        LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_not(None)).order_by(LOADS.c.id)
+    hub_loads = select(LOADS.c.id, LOADS.c.unit, LOADS.c.arrow_schema).join(
+        SOURCES, SOURCES.c.id == LOADS.c.source_id).where(
+        LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_not(None)).order_by(*_unit_order(LOADS, SOURCES))
     for load in conn.execute(hub_loads):
         outputs.append(_Output(schema=_load_schema(load.arrow_schema), file_name=Path(load.unit).name,
                                where=[EPISODE_LOADS.c.load_id == load.id, *sel.row_filter],
@@ -282,8 +283,8 @@ def _plan_sources(conn: Connection, sel: _Selection, columns: Columns) -> list[_
 def _plan_runs(conn: Connection, sel: _Selection, columns: Columns) -> _Output:
     where = [*sel.row_filter, or_(LOADS.c.arrow_schema.is_not(None), _FINISHED)]
     loads = select(EPISODE_LOADS.c.load_id).select_from(_PROVENANCE).where(*where)
-    texts = conn.execute(select(LOADS.c.arrow_schema).where(
-        LOADS.c.id.in_(loads), LOADS.c.arrow_schema.is_not(None)).order_by(LOADS.c.id)).scalars()
+    texts = conn.execute(select(LOADS.c.arrow_schema).join(SOURCES, SOURCES.c.id == LOADS.c.source_id).where(
+        LOADS.c.id.in_(loads), LOADS.c.arrow_schema.is_not(None)).order_by(*_unit_order(LOADS, SOURCES))).scalars()
     schemas = [_load_schema(text) for text in dict.fromkeys(texts)]
     traces = [*where, LOADS.c.arrow_schema.is_(None)]
     if not schemas or _any_row(conn, traces):
@@ -351,9 +352,24 @@ def _load_schema(text: str) -> pa.Schema:
 
 _PROVENANCE = (
     EPISODE_LOADS.join(LOADS, LOADS.c.id == EPISODE_LOADS.c.load_id)
+    .join(SOURCES, SOURCES.c.id == LOADS.c.source_id)
     .join(EPISODES, EPISODES.c.id == EPISODE_LOADS.c.episode_id)
     .join(TRIALS, TRIALS.c.id == EPISODES.c.trial_id)
 )
+
+
+def _unit_order(loads, sources) -> list:
+    """The order of units that does not depend on the order they were loaded in: trace
+    directories first (their rows are the richer), then by source kind and URI, unit and its
+    hash (load ids would give the order of loading)."""
+    return [loads.c.arrow_schema.is_not(None), sources.c.kind, sources.c.uri, loads.c.unit, loads.c.content_hash]
+
+
+def _earlier(a: list, b: list):
+    """a < b, column by column."""
+    if len(a) == 1:
+        return a[0] < b[0]
+    return or_(a[0] < b[0], and_(a[0] == b[0], _earlier(a[1:], b[1:])))
 
 
 def _any_row(conn: Connection, where: list) -> bool:
@@ -363,16 +379,19 @@ def _any_row(conn: Connection, where: list) -> bool:
 
 def _provenance_query(output: _Output, *where):
     """(load_id, row_number, episode_id, from_hub, the row's own extra or None, the episode's
-    trace_source) of the output's rows (and `where`), in load and row order."""
+    trace_source) of the output's rows (and `where`), in unit and row order (_unit_order). With
+    `dedupe`, each episode's first row in that order: a trace directory's where it has one."""
     el = EPISODE_LOADS
+    order = [*_unit_order(LOADS, SOURCES), el.c.row_number]
     stmt = (select(el.c.load_id, el.c.row_number, el.c.episode_id, LOADS.c.arrow_schema.is_not(None), el.c.extra,
                    EPISODES.c.trace_source)
-            .select_from(_PROVENANCE).where(*output.where, *where).order_by(el.c.load_id, el.c.row_number))
+            .select_from(_PROVENANCE).where(*output.where, *where).order_by(*order))
     if output.dedupe:
-        earlier = aliased(el)
-        stmt = stmt.where(~exists().where(earlier.c.episode_id == el.c.episode_id, or_(
-            earlier.c.load_id < el.c.load_id,
-            and_(earlier.c.load_id == el.c.load_id, earlier.c.row_number < el.c.row_number))))
+        earlier, its_load, its_source = aliased(el), aliased(LOADS), aliased(SOURCES)
+        stmt = stmt.where(~exists().where(
+            earlier.c.episode_id == el.c.episode_id, its_load.c.id == earlier.c.load_id,
+            its_source.c.id == its_load.c.source_id,
+            _earlier([*_unit_order(its_load, its_source), earlier.c.row_number], order)))
     return stmt
 
 
