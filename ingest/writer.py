@@ -33,7 +33,7 @@ from warehouse.db.session import write_transaction
 from warehouse.errors import interruption
 from warehouse.hub_columns import FIELD_COLUMNS
 from warehouse.runs import dataset_names, labels_of, set_labels, source_run_name
-from warehouse.texts import to_bytes
+from warehouse.texts import from_bytes, to_bytes
 
 T = {name: model.__table__ for name, model in {
     "sources": models.Source, "loads": models.Load, "runs": models.Run, "tasks": models.Task,
@@ -534,7 +534,10 @@ class UnitWriter:
                     richer = self._incoming_wins(trial_id)
                 if richer is False or (richer is None and self._order_key(name, new) < self._order_key(name, old)):
                     fill[name] = new
-                    self._kept_instead(trial_id, name, new, old)
+                    self._kept_instead(trial_id, name, new, old, self._step_value(name, old, incoming["detail"]))
+                elif self._step_value(name, new, kept["detail"]):
+                    self.conflict_row(self.load_id, "trial", trial_id, name, {name: _jsonable(old)},
+                                      {name: _jsonable(new)}, None, counted=False)
                 else:
                     self._conflict("trial", trial_id, name, {name: _jsonable(old)}, {name: _jsonable(new)}, None)
         if incoming["task_id"] is not None and (kept["task_id"] is None or richer is False):
@@ -572,10 +575,26 @@ class UnitWriter:
             if column in self._columns_of[load_id] and load_id not in recorded:
                 self._absent(trial_id, name, new, load_id)
 
-    def _kept_instead(self, trial_id: int, name: str, new: Any, old: Any) -> None:
+    def _step_value(self, name: str, value: Any, detail: dict | None) -> bool:
+        """Whether a dataset's value of a trial field is one step's own value of a multi-step
+        trial a trace directory gave (its trials.detail["steps"]): Harbor's export of a step
+        carries the step's instruction and verifier output, which is no disagreement."""
+        column = {"instruction_id": "instruction", "verifier_output": "verifier_output"}.get(name)
+        steps = (detail or {}).get("steps") if column else None
+        if not steps or not isinstance(steps, list):
+            return False
+        values = {step.get(column) for step in steps if isinstance(step, dict)} - {None}
+        if name == "instruction_id" and values:
+            messages = T["messages"]
+            row = self._execute(select(messages.c.content, messages.c.content_raw).where(messages.c.id == value)).one()
+            value = row.content if row.content_raw is None else from_bytes(bytes(row.content_raw))
+        return value in values
+
+    def _kept_instead(self, trial_id: int, name: str, new: Any, old: Any, agreed: bool = False) -> None:
         """This unit's value of a trial field is kept instead of the stored one: each other unit
         of the trial now disagrees with it (a conflict naming that unit and its value, so an
-        export of its source gives its value back), unless it carried this unit's value."""
+        export of its source gives its value back), unless it carried this unit's value.
+        `agreed`: the stored value is no disagreement (_step_value), only recorded."""
         conflicts, trial_loads = T["conflicts"], T["trial_loads"]
         self.flush()
         recorded = {row.load_id: row for row in self.conn.execute(
@@ -585,11 +604,14 @@ class UnitWriter:
                 trial_loads.c.trial_id == trial_id, trial_loads.c.load_id != self.load_id)).scalars():
             row = recorded.get(load_id)
             if row is None:
-                self.conflict_row(load_id, "trial", trial_id, name, {name: _jsonable(new)}, {name: _jsonable(old)}, None)
+                self.conflict_row(load_id, "trial", trial_id, name, {name: _jsonable(new)}, {name: _jsonable(old)}, None,
+                                  counted=not agreed)
             elif (row.incoming or {}).get(name) == _jsonable(new):
                 self.conn.execute(conflicts.delete().where(conflicts.c.id == row.id))
             else:
                 self.conn.execute(update(conflicts).where(conflicts.c.id == row.id).values(kept={name: _jsonable(new)}))
+        if agreed:
+            return
         if trial_id not in self._trial_conflicts:  # this unit disagreed with the stored trial
             self.counts.n_trial_conflicts += 1
         self._trial_conflicts.setdefault(trial_id, set()).add(name)

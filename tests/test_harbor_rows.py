@@ -88,6 +88,22 @@ def test_a_harbor_export_loaded_alone_gives_one_last_row_per_step(engine, tmp_pa
     assert len(got) == 3
 
 
+@pytest.mark.parametrize("trace_first", [False, True], ids=["alone", "after-its-trace-directory"])
+def test_harbors_export_with_metadata_comes_back_exactly_and_agrees_with_its_trace(engine, tmp_path, trace_first):
+    """Harbor's export of a multi-step trial with each step's own instruction and verifier output:
+    loaded alone or after its trace directory, no conflict, and `export hub --source` gives back
+    every row as it was."""
+    shard = tmp_path / "hub" / "data" / "train-00000-of-00001.parquet"
+    shard.parent.mkdir(parents=True)
+    shutil.copy(GOLDEN / "pinchbench-instruction-verifier.parquet", shard)
+    if trace_first:
+        assert ingest(engine, [str(PINCHBENCH)]).errors == []
+    summary = ingest(engine, [str(shard.parents[1])])
+    assert (summary.errors, summary.conflicts, summary.trial_conflicts, summary.notes) == ([], 0, 0, [])
+    info = export_hub(engine, tmp_path / "out", sources=[str(shard.parents[1])])
+    assert pq.read_table(info.files[0]).to_pylist() == pq.read_table(shard).to_pylist()
+
+
 def test_a_running_trial_is_not_written_and_the_export_says_so(engine, tmp_path):
     job = build_job(tmp_path / "built")
     assert ingest(engine, [str(job)]).errors == []

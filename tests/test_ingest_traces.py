@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 import pyarrow.parquet as pq
 from sqlalchemy import text
 
@@ -19,6 +20,7 @@ from trace_trees import make_trace_tree
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
 from warehouse.export import export_hub
+from warehouse.harbor_rows import Columns
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
 JOB_ID = "6a29732a-c34a-4f7e-85bd-ee65fb2d2604"
@@ -194,13 +196,14 @@ def test_trial_directories_get_consecutive_ids_whatever_the_backend(engine, tmp_
 # --- Harbor's own exports of a trial directory ----------------------------------------------------
 
 
-def _harbor_export(engine, tmp_path: Path, name: str, keep=lambda row: True) -> Path:
+def _harbor_export(engine, tmp_path: Path, name: str, keep=lambda row: True, columns: Columns = Columns()) -> Path:
     """What `harbor traces export` writes for the trials `engine` holds from their trace
     directories: the warehouse's export of them, which writes Harbor's rows
     (warehouse.harbor_rows; tests/test_harbor_rows.py compares it with Harbor's own), the rows
     `keep` keeps. Harbor finds each steps/<name>/ of a multi-step trial as a trial of its own, so
-    its rows are episode-0… again, under the same trial_name, with no step marker."""
-    export_hub(engine, tmp_path / f"{name}-warehouse")
+    its rows are episode-0… again, under the same trial_name, with no step marker; with
+    `columns`, each step's rows carry its own instruction and verifier output."""
+    export_hub(engine, tmp_path / f"{name}-warehouse", columns=columns)
     table = pq.read_table(next((tmp_path / f"{name}-warehouse").rglob("*.parquet")))
     rows = [row for row in table.to_pylist() if keep(row)]
     path = tmp_path / name / "data" / "train-00000-of-00001.parquet"
@@ -224,7 +227,12 @@ def _no_conflicts(summary) -> bool:
     return (summary.errors, summary.episodes_new, summary.conflicts, summary.trial_conflicts) == ([], 0, 0, 0)
 
 
-def test_harbor_export_of_a_multi_step_trial_lands_on_its_step_episodes(engine, tmp_path):
+METADATA = pytest.mark.parametrize("columns", [Columns(), Columns(instruction=True, verifier_output=True)],
+                                   ids=["plain", "metadata"])
+
+
+@METADATA
+def test_harbor_export_of_a_multi_step_trial_lands_on_its_step_episodes(engine, tmp_path, columns):
     """Trace directory first: each step's rows (main episode-N, N restarting per step) find the
     step's episode by their conversation: nothing new, no conflict, and the dataset exports back
     as it was."""
@@ -232,7 +240,7 @@ def test_harbor_export_of_a_multi_step_trial_lands_on_its_step_episodes(engine, 
     assert ingest(engine, [str(root)]).errors == []
     by_step = {source: sorted(i for s, i in _rows(engine, "SELECT trace_source, episode_index FROM episodes")
                               if s == source) for source in ("main", "step:final-summary", "step:fixed-design")}
-    dataset = _harbor_export(engine, tmp_path, "harbor")
+    dataset = _harbor_export(engine, tmp_path, "harbor", columns=columns)
     before = counts(engine)
 
     summary = ingest(engine, [str(dataset)])
@@ -243,7 +251,8 @@ def test_harbor_export_of_a_multi_step_trial_lands_on_its_step_episodes(engine, 
     assert info.notes == [] and assert_same_shards(dataset, tmp_path / "back") == 26
 
 
-def test_harbor_export_of_a_multi_step_trial_loaded_first_takes_its_trace_directory(engine, tmp_path):
+@METADATA
+def test_harbor_export_of_a_multi_step_trial_loaded_first_takes_its_trace_directory(engine, tmp_path, columns):
     """Export first: the second step's rows repeat the first step's keys with other
     conversations, which one export cannot mean as a conflict: they are episodes of their own
     (main#2). The trace directory then lands on them by conversation: nothing new, no conflict."""
@@ -251,7 +260,7 @@ def test_harbor_export_of_a_multi_step_trial_loaded_first_takes_its_trace_direct
     schema.upgrade(maker)
     root = _jobs(tmp_path)
     ingest(maker, [str(root)])
-    dataset = _harbor_export(maker, tmp_path, "harbor")
+    dataset = _harbor_export(maker, tmp_path, "harbor", columns=columns)
     export_hub(maker, tmp_path / "trace-alone", sources=[str(root)])
     maker.dispose()
 
