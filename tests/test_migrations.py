@@ -3,8 +3,10 @@ that match the migrations, and commands that refuse a schema they do not know.""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -12,6 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
+from ingest.pipeline import ingest
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
 from warehouse.db.models import Base
@@ -272,3 +275,27 @@ def test_a_read_refuses_a_stale_schema_in_one_line(db_url, args):
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("Error: ") and line.endswith(
         f" is at schema 0009, this tool needs {schema.head_revision()}: run `warehouse db upgrade`"), line
+
+
+def test_0013_counts_the_unmarked_steps_of_a_harbor_export_read_alone(engine, tmp_path):
+    """Harbor's export of a multi-step trial read alone keeps its later steps under "main#<n>":
+    the trial is as long as its trace directory says (every step), and 0013 brings a warehouse
+    whose lengths counted only the first step to the same figures."""
+    golden = Path(__file__).parent / "fixtures" / "harbor" / "golden" / "export"
+    shard = tmp_path / "hub" / "data" / "train-00000-of-00001.parquet"
+    shard.parent.mkdir(parents=True)
+    shutil.copy(golden / "pinchbench-instruction-verifier.parquet", shard)
+    assert ingest(engine, [str(shard.parents[1])]).errors == []
+    lengths = "SELECT t.trial_name, l.turns, l.chars FROM trial_lengths l JOIN trials t ON t.id = l.trial_id ORDER BY 1"
+    summaries = "SELECT n_with_trajectory FROM run_task_breakdown ORDER BY id"
+    with engine.connect() as conn:
+        fresh = conn.execute(text(lengths)).all(), conn.execute(text(summaries)).all()
+    assert ("task-session-chain-analysis__UGpJKzs", 34, 85435) in fresh[0]  # the trace directory's figures
+
+    schema.downgrade(engine, "0012")
+    with engine.begin() as conn:  # what the code at 0012 stored: the first step only
+        conn.execute(text("""UPDATE trial_lengths SET turns = 1, chars = 1 WHERE trial_id IN
+                             (SELECT trial_id FROM episodes WHERE trace_source = 'main#2')"""))
+    schema.upgrade(engine)
+    with engine.connect() as conn:
+        assert (conn.execute(text(lengths)).all(), conn.execute(text(summaries)).all()) == fresh

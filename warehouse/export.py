@@ -51,7 +51,7 @@ from warehouse.outdir import staged_output
 from warehouse.runs import labels_of
 from warehouse.readonly import check_timeout
 from warehouse.selection import DEFAULT_PICK_TIMEOUT, Pick, episodes_sql, picked_trials
-from warehouse.summaries import check_threshold
+from warehouse.summaries import check_threshold, own_trace_sql
 from warehouse.texts import exact_column, from_bytes
 
 SOURCES, LOADS, RUNS, TASKS, TRIALS, EPISODES, TURNS, MESSAGES, EPISODE_LOADS, TRIAL_LOADS, CONFLICTS = (
@@ -313,8 +313,8 @@ def _one_schema(schemas: list[pa.Schema]) -> pa.Schema | None:
 
 
 # An episode of a main trajectory (harbor_rows), in the statements over _PROVENANCE.
-_MAIN_TRAJECTORY = text(harbor_rows.main_trajectory_sql("episodes"))
-_SUBAGENT = text(f"NOT {harbor_rows.main_trajectory_sql('episodes')}")
+_MAIN_TRAJECTORY = text(own_trace_sql("episodes"))
+_SUBAGENT = text(f"NOT {own_trace_sql('episodes')}")
 
 
 def _harbor_schema(conn: Connection, where: list, columns: Columns) -> pa.Schema:

@@ -50,16 +50,6 @@ STEP = "step:"
 
 
 
-def main_trajectory_sql(episodes: str = "e") -> str:
-    """The condition that an episode (of the table or alias `episodes`) is a main trajectory's: a
-    single-step trial's "main", a step's "step:<name>" (the trace reader's names), or
-    "main#<n>", a further step's episodes of a Harbor export (it has no step marker) as the Hub
-    reader stores them. substr, not LIKE: SQLite's LIKE ignores case."""
-    ts = f"{episodes}.trace_source"
-    return (f"({ts} = 'main' OR substr({ts}, 1, 5) = 'main#' "
-            f"OR (substr({ts}, 1, 5) = 'step:' AND {ts} NOT LIKE '%/%'))")
-
-
 @dataclass(frozen=True)
 class Columns:
     """The optional metadata columns: `--instruction-metadata`, `--verifier-metadata`."""
@@ -69,7 +59,7 @@ class Columns:
 
 
 def is_main_trajectory(trace_source: str) -> bool:
-    """Whether an episode of this trace source is a main row (main_trajectory_sql in Python)."""
+    """Whether an episode of this trace source is a main row (warehouse.summaries.own_trace_sql in Python)."""
     return (trace_source == MAIN or trace_source.startswith(MAIN + "#")
             or (trace_source.startswith(STEP) and "/" not in trace_source))
 

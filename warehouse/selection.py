@@ -25,7 +25,7 @@ Meanings:
   `last` the last episode of each main trajectory (`main`, or each step's `step:<name>` in a
   multi-step trial) and every subagent episode, the rows `harbor traces export --episodes last`
   writes (it ignores --episodes for subagents); `--no-subagents` leaves the subagents' out, as
-  Harbor's does (warehouse.harbor_rows says which episodes are a main trajectory's).
+  Harbor's does (warehouse.summaries.own_trace_sql says which episodes are a main trajectory's).
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import URL
 
 from warehouse.errors import WarehouseError
-from warehouse.harbor_rows import main_trajectory_sql
-from warehouse.summaries import check_threshold
+from warehouse.summaries import check_threshold, own_trace_sql
 
 if TYPE_CHECKING:
     from warehouse.readonly import ReadSession
@@ -54,7 +53,7 @@ _SUMMARY_COLUMNS = "trial_id, run_key, task, trial_name, agent, model, reward, s
 
 # An episode of a main trajectory (subagents' are "summarization-…" or "step:<name>/…"), and
 # the last of one: no later episode of its trace source.
-_MAIN = main_trajectory_sql("e")
+_MAIN = own_trace_sql("e")
 _LAST = (f"{_MAIN} AND NOT EXISTS (SELECT 1 FROM episodes later WHERE later.trial_id = e.trial_id "
          "AND later.trace_source = e.trace_source AND later.episode_index > e.episode_index)")
 

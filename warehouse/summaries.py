@@ -72,10 +72,19 @@ UNION
 SELECT run_id, NULL FROM touched
 """
 
-# A trial's own conversations: its main trajectory, or each step of a multi-step trial (Harbor's
-# steps/<name>/ folders, stored as "step:<name>"). Subagents ("summarization-…", "step:<name>/…")
-# are not the trial's length. substr, not LIKE: SQLite's LIKE ignores case, PostgreSQL's does not.
-_OWN_TRACE = "(e.trace_source = 'main' OR (substr(e.trace_source, 1, 5) = 'step:' AND e.trace_source NOT LIKE '%/%'))"
+def own_trace_sql(episodes: str = "e") -> str:
+    """The condition that an episode (of the table or alias `episodes`) is one of its trial's own
+    conversations: its main trajectory ("main"), each step of a multi-step trial (Harbor's
+    steps/<name>/ folders, stored as "step:<name>"), or a further step's episodes of a Harbor
+    export read alone ("main#<n>": the export has no step marker; ingest.settle). Subagents
+    ("summarization-…", "step:<name>/…") are not the trial's length. queries/lengths.sql says the
+    same. substr, not LIKE: SQLite's LIKE ignores case, PostgreSQL's does not."""
+    ts = f"{episodes}.trace_source"
+    return (f"({ts} = 'main' OR substr({ts}, 1, 5) = 'main#' "
+            f"OR (substr({ts}, 1, 5) = 'step:' AND {ts} NOT LIKE '%/%'))")
+
+
+_OWN_TRACE = own_trace_sql("e")
 
 # A (run, task) key a trial left (for another task, or removed), unless staged already: a key
 # staged twice would count its trials twice. An unknown task (NULL) is a key too.
