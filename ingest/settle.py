@@ -107,18 +107,19 @@ def take_up(w: UnitWriter, trial_id: int) -> Taken:
     eps = {row.id: row for row in w._execute(select(
         episodes.c.id, episodes.c.trace_source, episodes.c.episode_index, episodes.c.n_turns, episodes.c.n_chars,
         episodes.c.conversation_hash, episodes.c.extra).where(episodes.c.trial_id == trial_id))}
+    of_trial = select(episodes.c.id).where(episodes.c.trial_id == trial_id).scalar_subquery()
     provenance = w._execute(
         select(el.c.load_id, el.c.row_number, el.c.episode_id, el.c.extra, loads.c.arrow_schema.is_not(None).label("hub"),
                loads.c.unit, loads.c.content_hash, loads.c.source_id, sources.c.kind, sources.c.uri)
         .join(loads, loads.c.id == el.c.load_id).join(sources, sources.c.id == loads.c.source_id)
-        .where(el.c.episode_id.in_(list(eps)))).all() if eps else []
+        .join(episodes, episodes.c.id == el.c.episode_id).where(episodes.c.trial_id == trial_id)).all()
     traced = {p.episode_id for p in provenance if not p.hub}
     hub_loads = {p.load_id for p in provenance if p.hub}
     made = [ep_id for ep_id in eps if ep_id not in traced]
     disagreed = {}  # (load_id, row_number) -> (conflict id, incoming)
     if hub_loads:
         for c in w._execute(select(conflicts.c.id, conflicts.c.load_id, conflicts.c.row_number, conflicts.c.incoming)
-                            .where(conflicts.c.entity == "episode", conflicts.c.entity_id.in_(list(eps)),
+                            .where(conflicts.c.entity == "episode", conflicts.c.entity_id.in_(of_trial),
                                    conflicts.c.load_id.in_(sorted(hub_loads)))):
             disagreed[(c.load_id, c.row_number)] = (c.id, c.incoming)
     conversations: dict[str, Conversation] = {}
@@ -148,7 +149,7 @@ def take_up(w: UnitWriter, trial_id: int) -> Taken:
     for ids in bulk.chunks(sorted(i for i, _ in disagreed.values()), _CHUNK):
         w._execute(delete(conflicts).where(conflicts.c.id.in_(ids)))
     for ids in bulk.chunks(sorted(hub_loads), _CHUNK):
-        w._execute(delete(el).where(el.c.load_id.in_(ids), el.c.episode_id.in_(list(eps))))
+        w._execute(delete(el).where(el.c.load_id.in_(ids), el.c.episode_id.in_(of_trial)))
     for ids in bulk.chunks(made, _CHUNK):
         w._execute(delete(turns).where(turns.c.episode_id.in_(ids)))
         w._execute(delete(episodes).where(episodes.c.id.in_(ids)))

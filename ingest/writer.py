@@ -250,7 +250,6 @@ class UnitWriter:
         self._unsettled: set[int] = set()
         self._taken: dict[int, settle.Taken] = {}
         self._own_columns: set[int] = set()
-        self._live_conflicts: dict[int, int] = {}  # episode conflicts recorded per trial
         self._named: set[int] = set()  # runs whose name this (trace) unit checked
 
     # -- public ------------------------------------------------------------------------------
@@ -262,8 +261,6 @@ class UnitWriter:
             self._unsettled |= settle.hub_made(self, self._own_columns)
         for trial_id in sorted(self._unsettled | set(self._taken)):
             taken = self._taken.pop(trial_id, None) or settle.take_up(self, trial_id)
-            self.counts.n_conflicts -= self._live_conflicts.get(trial_id, 0)
-            self.counts.n_conflict_rows -= self._live_conflicts.get(trial_id, 0)
             settle.place(self, trial_id, taken)
         self._unsettled.clear()
 
@@ -722,13 +719,15 @@ class UnitWriter:
             if kept_hash == chash:
                 self.counts.n_episodes_duplicate += 1
             else:
-                self._live_conflicts[key[0]] = self._live_conflicts.get(key[0], 0) + 1
                 # The stored conversation is kept; this row's is kept in the conflict (its texts
-                # are stored messages), so an export of this row's source can give it back.
+                # are stored messages), so an export of this row's source can give it back. A Hub
+                # row's is counted and reported once its trial is settled (the conflict may not
+                # stay: settle places it again).
                 conversation = [[role, mid, turn_extra]
                                 for _, _, role, mid, turn_extra in rows_of_turns(ep_id, first, n_turns)]
-                self._conflict("episode", ep_id, "conversation", {"conversation_hash": kept_hash},
-                               {"conversation_hash": chash, "n_turns": n_turns, "turns": conversation}, row_number)
+                self.conflict_row(self.load_id, "episode", ep_id, "conversation", {"conversation_hash": kept_hash},
+                                  {"conversation_hash": chash, "n_turns": n_turns, "turns": conversation}, row_number,
+                                  counted=not self.from_hub)
             if place != key:  # found by its conversation: its own key goes with its provenance
                 extra = _own_key(extra, key)
             # The row's own extra columns, where they differ from the stored episode's.
