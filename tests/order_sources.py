@@ -39,12 +39,12 @@ SUMMARY_REF = [{"trajectory_path": "trajectory.summarization-1-summary.json", "s
 SUBAGENT = "summarization-1-summary"
 
 
-def _write(path: Path, value) -> None:
+def write_json(path: Path, value) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(value), encoding="utf-8")
 
 
-def _agent(step_id: int, message: str, observation: dict | None) -> dict:
+def agent_step(step_id: int, message: str, observation: dict | None) -> dict:
     step = {"step_id": step_id, "source": "agent", "message": message,
             "tool_calls": [{"tool_call_id": f"c{step_id}", "function_name": "bash", "arguments": {"cmd": "ls"}}],
             "metrics": {"prompt_tokens": 10 * step_id, "completion_tokens": step_id}}
@@ -59,29 +59,29 @@ def subagent_trial(job: Path) -> Path:
     trial = job / "keep__1234567"
     config = {"trial_name": trial.name, "job_id": "0b1c2d3e-0000-4000-8000-0000000000f1",
               "agent": {"name": "terminus-2", "model_name": "openai/gpt-4o"}}
-    _write(trial / "config.json", config)
-    _write(trial / "result.json", {
+    write_json(trial / "config.json", config)
+    write_json(trial / "result.json", {
         "task_name": "demo/keep", "trial_name": trial.name, "config": config,
         "agent_info": {"name": "terminus-2", "model_info": {"name": "gpt-4o", "provider": "openai"}},
         "verifier_result": {"rewards": {"reward": 1.0}}, "started_at": "2026-02-01T10:00:00Z"})
     main = {"schema_version": "ATIF-v1.7", "session_id": "s1", "agent": {"name": "terminus-2", "version": "2"},
             "continued_trajectory_ref": "trajectory.cont-1.json", "steps": [
                 {"step_id": 1, "source": "user", "message": "Do the task"},
-                _agent(2, "first", {"results": [{"source_call_id": "c2", "content": "out-2"}]}),
+                agent_step(2, "first", {"results": [{"source_call_id": "c2", "content": "out-2"}]}),
                 {"step_id": 3, "source": "system", "message": "Performed context summarization",
                  "observation": {"results": [{"subagent_trajectory_ref": SUMMARY_REF}]}},
-                _agent(4, "second", {"results": [{"source_call_id": "c4", "subagent_trajectory_ref": SUMMARY_REF}]}),
-                _agent(5, "third", {"results": [{"source_call_id": "c5", "content": "FINAL-OBSERVATION"}]}),
+                agent_step(4, "second", {"results": [{"source_call_id": "c4", "subagent_trajectory_ref": SUMMARY_REF}]}),
+                agent_step(5, "third", {"results": [{"source_call_id": "c5", "content": "FINAL-OBSERVATION"}]}),
             ]}
     cont = {"schema_version": "ATIF-v1.7", "session_id": "s1", "agent": {"name": "terminus-2", "version": "2"},
             "steps": [{"step_id": 1, "source": "user", "message": "Do the task", "is_copied_context": True},
-                      _agent(2, "fourth", {"results": [{"source_call_id": "c2", "content": "CONT-FINAL"}]})]}
-    _write(trial / "agent" / "trajectory.json", main)
-    _write(trial / "agent" / "trajectory.cont-1.json", cont)
-    _write(trial / "agent" / f"trajectory.{SUBAGENT}.json", {
+                      agent_step(2, "fourth", {"results": [{"source_call_id": "c2", "content": "CONT-FINAL"}]})]}
+    write_json(trial / "agent" / "trajectory.json", main)
+    write_json(trial / "agent" / "trajectory.cont-1.json", cont)
+    write_json(trial / "agent" / f"trajectory.{SUBAGENT}.json", {
         "schema_version": "ATIF-v1.7", "session_id": "s1",
         "agent": {"name": "terminus-2-summarization", "version": "2"},
-        "steps": [{"step_id": 1, "source": "user", "message": "Summarize"}, _agent(2, "summary", None)]})
+        "steps": [{"step_id": 1, "source": "user", "message": "Summarize"}, agent_step(2, "summary", None)]})
     return trial
 
 

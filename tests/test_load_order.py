@@ -99,7 +99,9 @@ def _orders(names: list[str]) -> list[list[list[str]]]:
     return orders
 
 
-def test_every_load_order_gives_the_same_warehouse(sources, fresh, tmp_path):
+def _assert_every_order_the_same(sources: dict[str, Path], fresh, tmp_path: Path) -> None:
+    """Each source in its own command, in the given order, is the reference; every order of
+    _orders gives its state."""
     names = list(sources)
     reference_engine = fresh()
     _load(reference_engine, sources, [[n] for n in names])
@@ -112,21 +114,15 @@ def test_every_load_order_gives_the_same_warehouse(sources, fresh, tmp_path):
         engine.dispose()
 
 
+def test_every_load_order_gives_the_same_warehouse(sources, fresh, tmp_path):
+    _assert_every_order_the_same(sources, fresh, tmp_path)
+
+
 def test_every_order_of_datasets_alone_gives_the_same_warehouse(sources, fresh, tmp_path):
     """Without the trace directory: a multi-step trial's steps repeat their keys (kept as
     episodes of their own however the shards are split), a per-subagent dataset's rows are
     keyed main episode-0, two datasets disagree on a result."""
-    hub = {n: p for n, p in sources.items() if n != "traces"}
-    names = list(hub)
-    reference_engine = fresh()
-    _load(reference_engine, hub, [[n] for n in names])
-    reference = _state(reference_engine, hub, tmp_path / "reference")
-    for i, commands in enumerate(_orders(names)):
-        engine = fresh()
-        _load(engine, hub, commands)
-        assert canonical.differences(reference, _state(engine, hub, tmp_path / f"order-{i}")) == [], \
-            f"loaded as {commands}"
-        engine.dispose()
+    _assert_every_order_the_same({n: p for n, p in sources.items() if n != "traces"}, fresh, tmp_path)
 
 
 def test_a_trace_directory_after_its_export_is_stored_whole(sources, fresh, tmp_path):

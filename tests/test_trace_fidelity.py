@@ -13,6 +13,8 @@ from sqlalchemy import text
 
 from ingest.pipeline import ingest
 from ingest.traces import discover, read_trial, run_key_for
+from order_sources import SUMMARY_REF, agent_step, subagent_trial
+from order_sources import write_json as _write
 from query_fixture import cli
 from warehouse.export import export_hub
 from warehouse.filters import Filters
@@ -22,21 +24,6 @@ from warehouse.show import load_trajectory, to_text
 FIXTURE_JOB = Path(__file__).parent / "fixtures" / "harbor" / "jobs" / "pinchbench-147-kimi2.6"
 FIXTURE_JOB_UUID = "6a29732a-c34a-4f7e-85bd-ee65fb2d2604"
 
-JOB_UUID = "0b1c2d3e-0000-4000-8000-0000000000f1"
-SUMMARY_REF = [{"trajectory_path": "trajectory.summarization-1-summary.json", "session_id": "s1"}]
-
-
-def _write(path: Path, value) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value), encoding="utf-8")
-
-
-def _agent(step_id: int, message: str, observation: dict | None) -> dict:
-    step = {"step_id": step_id, "source": "agent", "message": message,
-            "tool_calls": [{"tool_call_id": f"c{step_id}", "function_name": "bash", "arguments": {"cmd": "ls"}}]}
-    if observation is not None:
-        step["observation"] = observation
-    return step
 
 
 def _simple_trial(path: Path, *, model: str, reward: float = 1.0, job_id: str | None = None,
@@ -50,7 +37,7 @@ def _simple_trial(path: Path, *, model: str, reward: float = 1.0, job_id: str | 
         "verifier_result": {"rewards": {"reward": reward}}, "started_at": "2026-02-01T10:00:00Z", **result_extra})
     _write(path / "agent" / "trajectory.json", {
         "schema_version": "ATIF-v1.6", "session_id": "s", "agent": {"name": "terminus-2", "version": "2"},
-        "steps": [{"step_id": 1, "source": "user", "message": "Do it"}, _agent(2, "done", None)]})
+        "steps": [{"step_id": 1, "source": "user", "message": "Do it"}, agent_step(2, "done", None)]})
     return path
 
 
@@ -63,31 +50,10 @@ def _trial(root: Path) -> Path:
     """A trial whose trajectory has all that Harbor's export leaves out: a system step's
     observation (the summarization's subagent ref), an observation with no content, the last agent
     step's observation, a step after it, and a continuation file."""
-    trial = root / "job" / "keep__1234567"
-    config = {"trial_name": trial.name, "job_id": JOB_UUID, "agent": {"name": "terminus-2", "model_name": "openai/gpt-4o"}}
-    _write(trial / "config.json", config)
-    _write(trial / "result.json", {
-        "task_name": "demo/keep", "trial_name": trial.name, "config": config,
-        "agent_info": {"name": "terminus-2", "model_info": {"name": "gpt-4o", "provider": "openai"}},
-        "verifier_result": {"rewards": {"reward": 1.0}}, "started_at": "2026-02-01T10:00:00Z"})
-    main = {"schema_version": "ATIF-v1.7", "session_id": "s1", "agent": {"name": "terminus-2", "version": "2"},
-            "continued_trajectory_ref": "trajectory.cont-1.json", "steps": [
-                {"step_id": 1, "source": "user", "message": "Do the task"},
-                _agent(2, "first", {"results": [{"source_call_id": "c2", "content": "out-2"}]}),
-                {"step_id": 3, "source": "system", "message": "Performed context summarization",
-                 "observation": {"results": [{"subagent_trajectory_ref": SUMMARY_REF}]}},
-                _agent(4, "second", {"results": [{"source_call_id": "c4", "subagent_trajectory_ref": SUMMARY_REF}]}),
-                _agent(5, "third", {"results": [{"source_call_id": "c5", "content": "FINAL-OBSERVATION"}]}),
-                {"step_id": 6, "source": "user", "message": "LATER-USER-STEP"},
-            ]}
-    cont = {"schema_version": "ATIF-v1.7", "session_id": "s1", "agent": {"name": "terminus-2", "version": "2"},
-            "steps": [{"step_id": 1, "source": "user", "message": "Do the task", "is_copied_context": True},
-                      _agent(2, "fourth", {"results": [{"source_call_id": "c2", "content": "CONT-FINAL"}]})]}
+    trial = subagent_trial(root / "job")
+    main = json.loads((trial / "agent" / "trajectory.json").read_text())
+    main["steps"].append({"step_id": 6, "source": "user", "message": "LATER-USER-STEP"})
     _write(trial / "agent" / "trajectory.json", main)
-    _write(trial / "agent" / "trajectory.cont-1.json", cont)
-    _write(trial / "agent" / "trajectory.summarization-1-summary.json", {
-        "schema_version": "ATIF-v1.7", "session_id": "s1", "agent": {"name": "terminus-2-summarization", "version": "2"},
-        "steps": [{"step_id": 1, "source": "user", "message": "Summarize"}, _agent(2, "summary", None)]})
     return trial
 
 
