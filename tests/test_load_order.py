@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from sqlalchemy import text
 
 import canonical
 from conftest import _fresh_pg
 from ingest.pipeline import ingest
-from order_sources import make_sources
+from order_sources import SUBAGENT, make_sources
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
 from warehouse.export import export_hub
@@ -137,3 +138,36 @@ def test_a_trace_directory_after_its_export_is_stored_whole(sources, fresh, tmp_
         _load(then, pair, [[hub], ["traces"]])
         a, b = (_state(e, pair, tmp_path / f"{hub}-{i}") for i, e in enumerate((first, then)))
         assert canonical.differences(a, b) == [], f"{hub} before the trace directory"
+
+
+def _episode_conflicts(engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM conflicts WHERE entity = 'episode'")).scalar_one()
+
+
+def test_one_step_per_shard_keeps_every_step_an_episode(sources, fresh):
+    """A multi-step trial's export split one step per shard, read alone: each step's episodes
+    are episodes (none left only in conflicts), as when the steps come in one shard."""
+    split, whole = fresh(), fresh()
+    _load(split, sources, [["steps"]])
+    _load(whole, sources, [["all"]])
+    a, b = (canonical.dump(e, order_independent=True) for e in (split, whole))
+    for table in ("episodes", "turns", "trial_lengths"):
+        assert a[table] == b[table], table
+    assert _episode_conflicts(split) == 0
+
+
+def test_a_per_subagent_dataset_before_its_trace_directory_leaves_no_conflict(sources, fresh):
+    """The per-subagent dataset's row (main episode-0) first disagrees with nothing and then,
+    once the merged export and the trace directory arrive, lands on the subagent's episode."""
+    engine = fresh()
+    _load(engine, sources, [[SUBAGENT], ["all"]])
+    assert _episode_conflicts(engine) == 0
+    _load(engine, sources, [["traces"]])
+    assert _episode_conflicts(engine) == 0
+    with engine.connect() as conn:
+        landed = conn.execute(text("""
+            SELECT e.trace_source, e.episode_index FROM episode_loads el
+            JOIN episodes e ON e.id = el.episode_id JOIN loads l ON l.id = el.load_id
+            JOIN sources s ON s.id = l.source_id WHERE s.uri = :uri"""), {"uri": str(sources[SUBAGENT])}).all()
+    assert [tuple(r) for r in landed] == [(SUBAGENT, 0)]
