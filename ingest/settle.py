@@ -17,9 +17,11 @@ matters, design.md §8):
    another row carries under a subagent's trace source belongs to that subagent (a per-subagent
    dataset's rows are keyed main episode-0).
 3. Under one home key, if one source holds several conversations there (a multi-step trial's
-   steps), each is an episode: the key, then "<source>#2", "#3"… in the rows' canonical order.
-   Otherwise the first conversation in that order is the episode and the others are conflicts.
-   The canonical order of rows is (source kind, source URI, unit, unit hash, row number).
+   steps), each is an episode; otherwise the first conversation in the rows' canonical order is
+   the episode and the others are conflicts. The canonical order of rows is (source kind, source
+   URI, unit, unit hash, row number). A home source's episodes form conversations keyed
+   "<source>", "<source>#2", "#3"…: an episode goes on the conversation whose episode just before
+   it is a prefix of it (the same step), else on the first with its index free, else on a new one.
 4. A Hub-made episode keeps the columns of its first row in that order; every other row keeps
    its own where they differ (episode_loads.extra), as the writer does.
 """
@@ -197,6 +199,10 @@ def place(w: UnitWriter, trial_id: int, taken: Taken) -> None:
     new_episodes: list[tuple] = []  # (key, content, extra)
     landing: list[tuple[HubRow, tuple[str, int]]] = []  # each row and the key of its episode
     taken_keys = set(trace)
+    # Per home trace source, its conversations ("<source>", "<source>#2"…) and the conversation
+    # each holds at each index: a step's episodes are prefixes of one another, so an episode
+    # goes on after the one its conversation extends.
+    chains: dict[str, list[dict[int, str]]] = {}
     for key in sorted(homes):
         group = homes[key]
         if key in trace:
@@ -208,14 +214,14 @@ def place(w: UnitWriter, trial_id: int, taken: Taken) -> None:
             per_source.setdefault(r.source_id, set()).add(r.content)
         steps = len(order) > 1 and max(map(len, per_source.values())) > 1
         placed: dict[str, tuple[str, int]] = {}
-        for n, content in enumerate(order if steps else order[:1]):
-            at = key if n == 0 else _free(key, n, taken_keys)
+        for content in order if steps else order[:1]:
+            at = _chain_key(chains.setdefault(key[0], []), key, content, taken.conversations, taken_keys)
             taken_keys.add(at)
             first = next(r for r in group if r.content == content)
             extra = first.extra if at == first.key else _own_key(first.extra, (trial_id, *first.key))
             new_episodes.append((at, content, extra))
             placed[content] = at
-        landing += [(r, placed.get(r.content, key)) for r in group]
+        landing += [(r, placed.get(r.content, placed[order[0]])) for r in group]
 
     # The episodes only Hub rows make, with their turns.
     ids = w.bulk.allocate_ids(episodes, len(new_episodes))
@@ -250,13 +256,34 @@ def place(w: UnitWriter, trial_id: int, taken: Taken) -> None:
     w.touched_trials.add(trial_id)
 
 
-def _free(key: tuple[str, int], n: int, taken: set[tuple[str, int]]) -> tuple[str, int]:
-    """The n-th other episode's key under `key`: "<source>#<n+1>", or the next one free."""
+def _chain_key(chains: list[dict[int, str]], key: tuple[str, int], content: str,
+               conversations: dict[str, Conversation], taken: set[tuple[str, int]]) -> tuple[str, int]:
+    """The key of the episode `content` makes at `key`'s index: on the conversation whose episode
+    just before it is a prefix of it (the same step), else on the first with that index free,
+    else on a new one. Conversation n of source s is keyed s, then s#2, s#3…"""
     source, index = key
-    m = n + 1
-    while (f"{source}#{m}", index) in taken:
-        m += 1
-    return (f"{source}#{m}", index)
+    names = [source if n == 0 else f"{source}#{n + 1}" for n in range(len(chains))]
+    free = [n for n in range(len(chains)) if index not in chains[n] and (names[n], index) not in taken]
+    extends = [n for n in free if index - 1 in chains[n]
+               and _is_prefix(conversations.get(chains[n][index - 1]), conversations.get(content))]
+    if extends or free:
+        n = (extends or free)[0]
+    else:
+        n = len(chains)
+        chains.append({})
+        names.append(source if n == 0 else f"{source}#{n + 1}")
+        while (names[n], index) in taken:  # a name a trace directory's episode has
+            chains.append({})
+            n += 1
+            names.append(f"{source}#{n + 1}")
+    chains[n][index] = content
+    return (names[n], index)
+
+
+def _is_prefix(before: Conversation | None, after: Conversation | None) -> bool:
+    if before is None or after is None or len(before.turns) > len(after.turns):
+        return False
+    return all(a[:2] == b[:2] for a, b in zip(before.turns, after.turns))
 
 
 def _arrived(extra: dict[str, Any] | None, stored_key: tuple[str, int]) -> tuple[tuple[str, int], dict | None]:

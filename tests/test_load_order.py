@@ -19,6 +19,7 @@ from sqlalchemy import text
 
 import canonical
 from conftest import _fresh_pg
+from helpers import hub_row, write_shard
 from ingest.pipeline import ingest
 from order_sources import SUBAGENT, make_sources
 from warehouse.db import schema
@@ -171,3 +172,44 @@ def test_a_per_subagent_dataset_before_its_trace_directory_leaves_no_conflict(so
             JOIN episodes e ON e.id = el.episode_id JOIN loads l ON l.id = el.load_id
             JOIN sources s ON s.id = l.source_id WHERE s.uri = :uri"""), {"uri": str(sources[SUBAGENT])}).all()
     assert [tuple(r) for r in landed] == [(SUBAGENT, 0)]
+
+
+def _step_rows(step: str, n: int) -> list[dict]:
+    """A step's rows as Harbor exports them: episode k holds the conversation up to its k-th
+    agent turn (each a prefix of the next)."""
+    conversation = [("user", f"{step}: do it")]
+    rows = []
+    for k in range(n):
+        conversation = [*conversation, ("assistant", f"{step} answer {k}")]
+        rows.append(hub_row("chain__abcdefg", k, conversation))
+        conversation = [*conversation, ("user", f"{step} observation {k}")]
+    return rows
+
+
+def test_a_longer_later_step_read_alone_stays_one_conversation(fresh, tmp_path):
+    """A multi-step trial's export read alone, its second step longer than its first: each step
+    is one conversation (its episodes extend one another), whichever shard comes first, so the
+    trial's length is the sum of its steps' last episodes."""
+    first, second = _step_rows("one", 2), _step_rows("two", 4)
+    write_shard(tmp_path / "a" / "data" / "train-00000.parquet", first)
+    write_shard(tmp_path / "a" / "data" / "train-00001.parquet", second)
+    write_shard(tmp_path / "b" / "data" / "train-00000.parquet", second)
+    write_shard(tmp_path / "b" / "data" / "train-00001.parquet", first)
+    dumps = []
+    for name in ("a", "b"):
+        engine = fresh()
+        assert ingest(engine, [str(tmp_path / name)]).errors == []
+        with engine.connect() as conn:
+            got = conn.execute(text("""
+                SELECT e.trace_source, e.episode_index, e.n_turns, m.content FROM episodes e
+                JOIN turns t ON t.episode_id = e.id AND t.idx = 0 JOIN messages m ON m.id = t.message_id
+                ORDER BY e.trace_source, e.episode_index""")).all()
+            length = conn.execute(text("SELECT turns FROM trial_lengths")).scalar_one()
+        steps = {source: [(n, text_) for s, _, n, text_ in got if s == source] for source, _, _, _ in got}
+        assert sorted(steps.values()) == [[(2, "one: do it"), (4, "one: do it")],
+                                          [(2, "two: do it"), (4, "two: do it"), (6, "two: do it"), (8, "two: do it")]]
+        assert length == 4 + 8
+        dumps.append({t: rows for t, rows in canonical.dump(engine, order_independent=True).items()
+                      if t in ("episodes", "turns", "trial_lengths")})
+    # The same conversations under the same keys, whichever step's shard is first by name.
+    assert dumps[0]["trial_lengths"] == dumps[1]["trial_lengths"]
