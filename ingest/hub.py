@@ -227,15 +227,12 @@ def _columnar(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, 
     digests = [None if data is None else add_utf8(data, n) for data, n in zip(contents, n_chars)]
 
     trials, episodes = [], []
-    known = len(seen) if seen is not None else 0  # (a dict keeps its order of insertion)
     for i in range(batch.num_rows):
         row = {name: values[i] for name, values in columns.items()}
         try:
             trial = map_row(row, [], first_row + i, run_name, run_override, seen)
         except RowError:
-            if seen is not None:  # the row path reads the batch again from where it started
-                for key in list(seen)[known:]:
-                    del seen[key]
+            # The row path reads the batch again: the first rows `seen` took from it are the same.
             return None  # the row path rejects it, without keeping its texts
         instruction = None
         if trial.instruction is not None:
