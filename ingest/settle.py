@@ -82,7 +82,7 @@ def hub_trials(w: UnitWriter, trial_ids: Iterable[int]) -> set[int]:
                 .join(T["episode_loads"], T["episode_loads"].c.episode_id == T["episodes"].c.id)
                 .join(T["loads"], T["loads"].c.id == T["episode_loads"].c.load_id)
                 .where(T["episodes"].c.trial_id.in_(chunk), T["loads"].c.arrow_schema.is_not(None)))
-        found.update(w._execute(stmt).scalars())
+        found.update(w.execute(stmt).scalars())
     return found
 
 
@@ -96,7 +96,7 @@ def hub_made(w: UnitWriter, episode_ids: Iterable[int]) -> set[int]:
         traced = select(el.c.episode_id).join(loads, loads.c.id == el.c.load_id).where(
             el.c.episode_id.in_(chunk), loads.c.arrow_schema.is_(None))
         stmt = select(episodes.c.trial_id).distinct().where(episodes.c.id.in_(chunk), episodes.c.id.not_in(traced))
-        trials.update(w._execute(stmt).scalars())
+        trials.update(w.execute(stmt).scalars())
     return trials
 
 
@@ -106,11 +106,11 @@ def take_up(w: UnitWriter, trial_id: int) -> Taken:
     T = w.tables
     episodes, el, loads, sources, conflicts, turns = (
         T[n] for n in ("episodes", "episode_loads", "loads", "sources", "conflicts", "turns"))
-    eps = {row.id: row for row in w._execute(select(
+    eps = {row.id: row for row in w.execute(select(
         episodes.c.id, episodes.c.trace_source, episodes.c.episode_index, episodes.c.n_turns, episodes.c.n_chars,
         episodes.c.conversation_hash, episodes.c.extra).where(episodes.c.trial_id == trial_id))}
     of_trial = select(episodes.c.id).where(episodes.c.trial_id == trial_id).scalar_subquery()
-    provenance = w._execute(
+    provenance = w.execute(
         select(el.c.load_id, el.c.row_number, el.c.episode_id, el.c.extra, loads.c.arrow_schema.is_not(None).label("hub"),
                loads.c.unit, loads.c.content_hash, loads.c.source_id, sources.c.kind, sources.c.uri)
         .join(loads, loads.c.id == el.c.load_id).join(sources, sources.c.id == loads.c.source_id)
@@ -120,7 +120,7 @@ def take_up(w: UnitWriter, trial_id: int) -> Taken:
     made = [ep_id for ep_id in eps if ep_id not in traced]
     disagreed = {}  # (load_id, row_number) -> (conflict id, incoming)
     if hub_loads:
-        for c in w._execute(select(conflicts.c.id, conflicts.c.load_id, conflicts.c.row_number, conflicts.c.incoming)
+        for c in w.execute(select(conflicts.c.id, conflicts.c.load_id, conflicts.c.row_number, conflicts.c.incoming)
                             .where(conflicts.c.entity == "episode", conflicts.c.entity_id.in_(of_trial),
                                    conflicts.c.load_id.in_(sorted(hub_loads)))):
             disagreed[(c.load_id, c.row_number)] = (c.id, c.incoming)
@@ -149,12 +149,12 @@ def take_up(w: UnitWriter, trial_id: int) -> Taken:
                            (p.kind, p.uri, p.unit, p.content_hash, p.row_number), key, extra, content))
     # Deleted: the conflicts of Hub rows, their provenance, and the episodes only they made.
     for ids in bulk.chunks(sorted(i for i, _ in disagreed.values()), _CHUNK):
-        w._execute(delete(conflicts).where(conflicts.c.id.in_(ids)))
+        w.execute(delete(conflicts).where(conflicts.c.id.in_(ids)))
     for ids in bulk.chunks(sorted(hub_loads), _CHUNK):
-        w._execute(delete(el).where(el.c.load_id.in_(ids), el.c.episode_id.in_(of_trial)))
+        w.execute(delete(el).where(el.c.load_id.in_(ids), el.c.episode_id.in_(of_trial)))
     for ids in bulk.chunks(made, _CHUNK):
-        w._execute(delete(turns).where(turns.c.episode_id.in_(ids)))
-        w._execute(delete(episodes).where(episodes.c.id.in_(ids)))
+        w.execute(delete(turns).where(turns.c.episode_id.in_(ids)))
+        w.execute(delete(episodes).where(episodes.c.id.in_(ids)))
     w.forget_episodes(trial_id)
     return Taken(rows, conversations, {(eps[i].episode_index, eps[i].conversation_hash) for i in made})
 
@@ -166,7 +166,7 @@ def place(w: UnitWriter, trial_id: int, taken: Taken) -> None:
     T = w.tables
     episodes = T["episodes"]
     trace = {(row.trace_source, row.episode_index): (row.id, row.conversation_hash, row.extra)
-             for row in w._execute(select(episodes.c.id, episodes.c.trace_source, episodes.c.episode_index,
+             for row in w.execute(select(episodes.c.id, episodes.c.trace_source, episodes.c.episode_index,
                                           episodes.c.conversation_hash, episodes.c.extra)
                                    .where(episodes.c.trial_id == trial_id))}
     # A trace directory's episode that one only Hub rows made held before is no new episode.
@@ -315,7 +315,7 @@ def _turns(w: UnitWriter, episode_ids: list[int]) -> dict[int, list[tuple[str, i
     turns = w.tables["turns"]
     out: dict[int, list[tuple[str, int | None, Any]]] = {}
     for ids in bulk.chunks(sorted(episode_ids), _CHUNK):
-        for row in w._execute(select(turns.c.episode_id, turns.c.role, turns.c.message_id, turns.c.extra)
+        for row in w.execute(select(turns.c.episode_id, turns.c.role, turns.c.message_id, turns.c.extra)
                               .where(turns.c.episode_id.in_(ids)).order_by(turns.c.episode_id, turns.c.idx)):
             out.setdefault(row.episode_id, []).append((row.role, row.message_id, row.extra))
     return out
@@ -328,5 +328,5 @@ def _conversation(w: UnitWriter, incoming: dict[str, Any]) -> Conversation:
     ids = sorted({mid for _, mid, _ in turns if mid is not None})
     n_chars = dict.fromkeys(ids, 0)
     for chunk in bulk.chunks(ids, _CHUNK):
-        n_chars.update(w._execute(select(messages.c.id, messages.c.n_chars).where(messages.c.id.in_(chunk))).all())
+        n_chars.update(w.execute(select(messages.c.id, messages.c.n_chars).where(messages.c.id.in_(chunk))).all())
     return Conversation(len(turns), sum(n_chars[mid] for _, mid, _ in turns if mid is not None), turns)

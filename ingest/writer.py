@@ -287,7 +287,7 @@ class UnitWriter:
         self.bulk.flush(wait)
         self._queued_bytes = 0
 
-    def _execute(self, statement):
+    def execute(self, statement):
         """A statement of its own: queued rows are written first, so it sees them."""
         self.flush()
         return self.conn.execute(statement)
@@ -306,14 +306,14 @@ class UnitWriter:
                                             finished_at=run.finished_at, detail=run.detail).items()
                       if v is not None}
             if values:
-                existing = self._execute(select(runs_t).where(runs_t.c.id == self._run_ids[run.run_key])).one()
+                existing = self.execute(select(runs_t).where(runs_t.c.id == self._run_ids[run.run_key])).one()
                 fill = {k: v for k, v in values.items() if getattr(existing, k) is None}
                 if self._renames_run(existing, run.name):
                     fill["name"] = run.name
                 if _job_progress(run.detail) > _job_progress(existing.detail):  # (its name is the naming's)
                     fill |= {k: v for k, v in values.items() if k != "name" and v != getattr(existing, k)}
                 if fill:
-                    self._execute(update(runs_t).where(runs_t.c.id == existing.id).values(**fill))
+                    self.execute(update(runs_t).where(runs_t.c.id == existing.id).values(**fill))
             if run.labels:
                 self.flush()
                 set_labels(self.conn, self._run_ids[run.run_key], run.labels, replace=False)
@@ -334,9 +334,9 @@ class UnitWriter:
             if run_id in self._created["runs"] or run_id in self._named:
                 continue
             self._named.add(run_id)
-            existing = self._execute(select(runs_t).where(runs_t.c.id == run_id)).one()
+            existing = self.execute(select(runs_t).where(runs_t.c.id == run_id)).one()
             if self._renames_run(existing, name):
-                self._execute(update(runs_t).where(runs_t.c.id == run_id).values(name=name))
+                self.execute(update(runs_t).where(runs_t.c.id == run_id).values(name=name))
 
     def add_trials(self, trials: list[Trial], run_names: dict[str, str] | None = None) -> None:
         """Write a batch of trials and their episodes."""
@@ -559,12 +559,12 @@ class UnitWriter:
         """This unit fills a trial field: each earlier shard that has its column had it empty."""
         conflicts, trial_loads, loads = T["conflicts"], T["trial_loads"], T["loads"]
         column = FIELD_COLUMNS[name]
-        others = self._execute(select(loads.c.id, loads.c.arrow_schema).join(
+        others = self.execute(select(loads.c.id, loads.c.arrow_schema).join(
             trial_loads, trial_loads.c.load_id == loads.c.id).where(
             trial_loads.c.trial_id == trial_id, loads.c.id != self.load_id, loads.c.arrow_schema.is_not(None))).all()
         if not others:
             return
-        recorded = set(self._execute(select(conflicts.c.load_id).where(
+        recorded = set(self.execute(select(conflicts.c.load_id).where(
             conflicts.c.entity == "trial", conflicts.c.entity_id == trial_id, conflicts.c.field == name)).scalars())
         for load_id, schema in others:
             if load_id not in self._columns_of:
@@ -583,7 +583,7 @@ class UnitWriter:
         values = {step.get(column) for step in steps if isinstance(step, dict)} - {None}
         if name == "instruction_id" and values:
             messages = T["messages"]
-            row = self._execute(select(messages.c.content, messages.c.content_raw).where(messages.c.id == value)).one()
+            row = self.execute(select(messages.c.content, messages.c.content_raw).where(messages.c.id == value)).one()
             value = row.content if row.content_raw is None else from_bytes(bytes(row.content_raw))
         return value in values
 
@@ -619,7 +619,7 @@ class UnitWriter:
         one does (a dataset's row against a trial a trace directory gave), None when both are
         of a kind (then the smaller value is kept)."""
         loads, trial_loads = T["loads"], T["trial_loads"]
-        traced = self._execute(select(trial_loads.c.load_id).join(loads, loads.c.id == trial_loads.c.load_id).where(
+        traced = self.execute(select(trial_loads.c.load_id).join(loads, loads.c.id == trial_loads.c.load_id).where(
             trial_loads.c.trial_id == trial_id, trial_loads.c.load_id != self.load_id,
             loads.c.arrow_schema.is_(None)).limit(1)).first() is not None
         if self.from_hub:
@@ -631,14 +631,14 @@ class UnitWriter:
         for the instruction (a message id, which depends on load order) its text's hash."""
         if name == "instruction_id":
             messages = T["messages"]
-            digest = self._execute(select(messages.c.content_hash).where(messages.c.id == value)).scalar_one()
+            digest = self.execute(select(messages.c.content_hash).where(messages.c.id == value)).scalar_one()
             return bytes(digest).hex()
         return json.dumps(_jsonable(value), sort_keys=True, default=str)
 
     def _write_trial(self, trial_id: int, kept: dict[str, Any], changes: dict[str, Any]) -> None:
         """Store `changes` to the trial whose TRIAL_COLUMNS are `kept`, and summarize it again."""
         if changes:
-            self._execute(update(T["trials"]).where(T["trials"].c.id == trial_id).values(**changes))
+            self.execute(update(T["trials"]).where(T["trials"].c.id == trial_id).values(**changes))
             kept.update(changes)
             self._trial_values[trial_id] = tuple(kept.values())
             self.touched_trials.add(trial_id)
@@ -807,7 +807,7 @@ class UnitWriter:
         out: dict[tuple[int, int, str], set[tuple]] = {}
         trial_ids = sorted({trial_id for trial_id, _, _ in wanted})
         for start in range(0, len(trial_ids), 500):
-            rows = self._execute(stmt.where(episodes_t.c.trial_id.in_(trial_ids[start:start + 500]),
+            rows = self.execute(stmt.where(episodes_t.c.trial_id.in_(trial_ids[start:start + 500]),
                                             episodes_t.c.conversation_hash.in_(hashes)))
             for ep_id, trial_id, source, index, chash, extra in rows:
                 if (trial_id, index, chash) in wanted:
