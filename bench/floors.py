@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import timezone
 from pathlib import Path
 
-from ingest import hub
-from ingest.prepare import conversation_hash, message_hash
+from ingest.read import hub
+from ingest.shape.prepare import conversation_hash, message_hash
 from warehouse.texts import split_text
 
 
@@ -128,8 +128,8 @@ def sqlite_writer_bound(rows: NormalizedRows, engine) -> float:
     the commit, in one transaction as a unit does. The least this design can cost."""
     from sqlalchemy import text
 
-    from ingest.worker import Reader
-    from ingest.writer import ensure_source
+    from ingest.process.worker import Reader
+    from ingest.write.writer import ensure_source
     from warehouse import summaries
     from warehouse.db.session import write_transaction
 

@@ -191,7 +191,7 @@ def median(values: list[float]) -> float:
 
 
 def generate(out: Path) -> dict[str, dict]:
-    from ingest.generate import generate_dataset
+    from tools.generate import generate_dataset
 
     info = {}
     for name, (profile, kwargs) in DATASETS.items():
@@ -395,7 +395,7 @@ def compile_bytecode() -> None:
     which no installed copy does (sqlite-utils, from site-packages, is compiled)."""
     import compileall
 
-    for package in ("warehouse", "ingest", "migrations", "bench"):
+    for package in ("warehouse", "ingest", "migrations", "tools", "bench"):
         compileall.compile_dir(ROOT / package, quiet=1)
 
 
@@ -602,7 +602,7 @@ machine is shared, and its speed drifts).
 
 {table}
 
-Datasets (from `ingest.generate`, fixed seeds):
+Datasets (from `tools.generate`, fixed seeds):
 
 | dataset | rows | turns | text | distinct text |
 |---|---|---|---|---|

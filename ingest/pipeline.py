@@ -10,12 +10,14 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from ingest import limits, trace_pipeline, traces, writer
-from ingest.prepare import Batch
+from ingest import trace_pipeline
+from ingest.process.worker import Reader, WorkerDied
+from ingest.read import limits, traces
+from ingest.read.sources import Source, resolve
 from ingest.report import (IngestStopped, Progress, Summary, fail, is_database_error, is_fatal, one_unit,
                            relative_unit)
-from ingest.sources import Source, resolve
-from ingest.worker import Reader, WorkerDied
+from ingest.shape.prepare import Batch
+from ingest.write import writer
 from warehouse.db import statistics
 from warehouse.errors import WarehouseError, first_line, interruption
 
@@ -163,16 +165,16 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
 
 
 def _import_pyarrow():
-    """ingest.hub, and so pyarrow: imported only when a shard is read, not at the top, since a
+    """ingest.read.hub, and so pyarrow: imported only when a shard is read, not at the top, since a
     re-ingest that skips every shard never needs it."""
-    from ingest import hub
+    from ingest.read import hub
 
     return hub
 
 
 def _prepared_batches(shard: Path, run_name: str, run_override: str | None) -> Iterator[Batch]:
     """A shard's rows as prepared batches (run in the reader process)."""
-    from ingest import hub
+    from ingest.read import hub
 
     hub.use_system_allocator()
     pf, _ = hub.open_shard(shard)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ingest import writer
+from ingest.write import writer
 from warehouse.errors import first_line, interruption
 
 
@@ -21,7 +21,7 @@ class Summary:
     rows: int = 0
     trials: int = 0
     trials_incomplete: int = 0
-    trials_removed: int = 0  # unfinished trials their jobs deleted (ingest.removal)
+    trials_removed: int = 0  # unfinished trials their jobs deleted (ingest.write.removal)
     episodes_new: int = 0
     episodes_duplicate: int = 0
     conflicts: int = 0  # conflicting episodes

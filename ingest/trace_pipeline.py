@@ -7,9 +7,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from ingest import removal, traces, writer
+from ingest.read import traces
+from ingest.read.sources import Source
 from ingest.report import Progress, Summary, fail, one_unit, relative_unit
-from ingest.sources import Source
+from ingest.write import removal, writer
 
 
 # What a folder that is neither a Parquet dataset nor a trace directory was searched for.
@@ -78,7 +79,7 @@ def _whole_jobs(source: Source, trials: list[traces.TraceUnit]) -> dict[Path, li
 def _remove_deleted_trials(engine, source: Source, source_id: int, job_dir: Path, trials: list[traces.TraceUnit],
                            run, summary: Summary, warn) -> None:
     """After a job's trial folders: the unfinished trials stored from it that the job deleted
-    (`harbor jobs resume` does, before it runs them again under new names; see ingest.removal),
+    (`harbor jobs resume` does, before it runs them again under new names; see ingest.write.removal),
     removed in a unit of their own named for the job's folder, which carries the job's facts
     as they are now. Nothing to remove writes nothing, so a re-ingest is a no-op."""
     with one_unit(summary, warn, job_dir, lambda exc: _read_error(job_dir, exc)):

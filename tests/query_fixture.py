@@ -24,8 +24,8 @@ import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
-from ingest import writer
-from ingest.records import Episode, Trial, Turn
+from ingest.shape.records import Episode, Trial, Turn
+from ingest.write import writer
 
 DEFAULT_TURNS = [("user", "do it"), ("assistant", "done")]
 

@@ -59,7 +59,7 @@ class Case:
     file: str | None = None  # the path the error names (default: the case's shard or trial)
     check: Callable | None = None  # valid cases: the exact contents
     unreadable: bool = False  # needs permissions enforced (see DROP_DAC)
-    env: dict[str, str] | None = None  # settings the ingest runs with (ingest.limits)
+    env: dict[str, str] | None = None  # settings the ingest runs with (ingest.read.limits)
 
 
 # --- Parquet cases ------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def _magic_garbage(p: Path) -> None:
 def _corrupt_last_row_group(p: Path) -> None:
     """More rows than one read batch, so earlier batches are written (inside the unit's
     transaction) before the corrupt row group is reached: the unit must roll back."""
-    from ingest.hub import BATCH_ROWS
+    from ingest.read.hub import BATCH_ROWS
 
     n = 2 * BATCH_ROWS + 100
     rows = [hub_row(f"case__r{i}", 0, [("user", f"q{i}"), ("assistant", f"a{i}")]) for i in range(n)]
@@ -488,7 +488,7 @@ def _check_nan(engine, src: Path, case_id: str) -> None:
     assert {"logprob": "NaN", "entropy": "Infinity", "delta": "-Infinity"} in metrics, metrics
 
 
-# --- what a trial may read: inside its folder, within the limits (ingest.limits) ---------------
+# --- what a trial may read: inside its folder, within the limits (ingest.read.limits) ----------
 
 SECRET = "root:$6$not-for-the-warehouse:19000:0:99999:7:::\n"
 
@@ -739,7 +739,7 @@ def _source(tmp_path: Path, case: Case) -> tuple[Path, str, str]:
     return src, trial.name, named
 
 
-# No input takes an ingest past this much memory (ingest.limits), measured on every case.
+# No input takes an ingest past this much memory (ingest.read.limits), measured on every case.
 MEMORY_BOUND_KB = 1 << 20
 
 
@@ -929,8 +929,8 @@ def test_sql_cannot_write(statement, db_url, engine, tmp_path):
     and the warehouse (and the file system) unchanged."""
     import subprocess
 
-    from ingest.generate import generate_dataset
     from ingest.pipeline import ingest
+    from tools.generate import generate_dataset
 
     generate_dataset(tmp_path / "ds", "tiny", seed=2)
     assert ingest(engine, [str(tmp_path / "ds")]).errors == []

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from canonical import differences, dump
-from ingest.generate import generate_dataset
 from procs import fresh_database, run_cli, start_cli, units
+from tools.generate import generate_dataset
 from trace_trees import make_trace_tree
 from warehouse.db.engine import make_engine, resolve_url
 

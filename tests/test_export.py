@@ -20,10 +20,10 @@ import pytest
 from sqlalchemy import text
 
 from helpers import CONVERSATIONS, TABLES, counts, hub_row, write_shard
-from ingest import writer
-from ingest.generate import generate_dataset
 from ingest.pipeline import ingest
-from ingest.records import Episode, Trial, Turn
+from ingest.shape.records import Episode, Trial, Turn
+from ingest.write import writer
+from tools.generate import generate_dataset
 from warehouse.errors import WarehouseError
 from warehouse.export import export_hub
 from warehouse.export_tables import export_tables

@@ -17,11 +17,11 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from helpers import counts
-from ingest import writer
-from ingest.generate import generate_dataset
 from ingest.pipeline import ingest
-from ingest.records import Episode, Trial, Turn
+from ingest.shape.records import Episode, Trial, Turn
+from ingest.write import writer
 from procs import run_cli
+from tools.generate import generate_dataset
 from warehouse.errors import WarehouseError
 from warehouse.export import export_hub
 from warehouse.filters import Filters

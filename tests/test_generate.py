@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest import generate
-from ingest.generate import PROFILES, GeneratedInfo, generate_dataset
+from tools import generate
+from tools.generate import PROFILES, GeneratedInfo, generate_dataset
 
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "examples" / "sample"
 SCALAR_COLUMNS = [

@@ -16,8 +16,8 @@ import pytest
 from sqlalchemy import text
 
 from helpers import conversation_of, counts, hub_row, write_shard
-from ingest.generate import generate_dataset
 from ingest.pipeline import _prepared_batches, ingest
+from tools.generate import generate_dataset
 from warehouse.db import schema
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
@@ -266,7 +266,7 @@ def test_a_value_too_large_for_its_column_is_refused_not_wrapped(engine):
     # the server refused it in text COPY, and the unit fails in one line.
     import psycopg
 
-    from ingest import bulk, writer
+    from ingest.write import bulk, writer
 
     with engine.connect() as conn:
         b = bulk.Bulk(conn)
@@ -285,7 +285,7 @@ def test_bulk_rows_come_back_as_written_whichever_columns_are_null_and_texts_giv
     # The bulk writer sends a column that is NULL in every row of a chunk as a NULL literal, and
     # takes message texts as their UTF-8 bytes: neither may change what is stored. Rows are
     # queued as columns, several inserts of a table making one write.
-    from ingest import bulk, writer
+    from ingest.write import bulk, writer
 
     def columns(rows):
         return list(zip(*rows))
@@ -322,8 +322,8 @@ def test_the_garbage_collector_is_paused_while_a_unit_is_written_and_runs_again_
     # ...and the unit's caches are freed before it runs again, which would otherwise scan them.
     import gc
 
-    from ingest import writer
-    from ingest.records import Episode, Trial, Turn
+    from ingest.shape.records import Episode, Trial, Turn
+    from ingest.write import writer
 
     dropped = []
     real_drop = writer.UnitWriter.drop_caches
@@ -347,7 +347,7 @@ def test_a_new_source_loads_each_shard_once_and_a_reingest_starts_no_reader(engi
     # A source never loaded has its reader started on each shard before the shard is hashed; a
     # byte-identical copy of the shard before is a unit of its own (its rows duplicates), and
     # the next shard loads whole.
-    from ingest import worker
+    from ingest.process import worker
 
     a = [hub_row(f"a{i}__aaaaaaa", 0, [("user", f"a {i}"), ("assistant", "ok")]) for i in range(40)]
     b = [hub_row(f"b{i}__bbbbbbb", 0, [("user", f"b {i}"), ("assistant", "ok")]) for i in range(30)]
@@ -485,7 +485,8 @@ def test_hub_id_resolves_from_the_local_cache_offline(db_url, tmp_path):
 def test_a_unit_larger_than_its_caches_still_stores_each_row_once(engine, tmp_path, monkeypatch):
     # A first load skips lookups while its caches hold every row of the (empty) tables; once
     # a cache is dropped, the rows it held must be found in the database again.
-    from ingest import bulk, hub, writer
+    from ingest.read import hub
+    from ingest.write import bulk, writer
 
     monkeypatch.setattr(hub, "BATCH_ROWS", 4)
     monkeypatch.setattr(bulk, "PG_FLUSH_ROWS", 10)  # PostgreSQL: many flushes, written while the next batch is made
@@ -528,7 +529,7 @@ def test_reference_checks_are_off_only_inside_an_ingest_unit(tmp_path):
 def test_lookups_on_sqlite_search_an_index_instead_of_scanning_the_table(tmp_path):
     # A lookup runs for every batch of an ingest into a non-empty warehouse; one that scanned
     # the table would make each ingest slower the more the warehouse holds.
-    from ingest import bulk, writer
+    from ingest.write import bulk, writer
     from warehouse.db.engine import make_engine, resolve_url
 
     engine = make_engine(resolve_url(str(tmp_path / "w.db")))
@@ -551,7 +552,7 @@ def test_lookups_on_sqlite_search_an_index_instead_of_scanning_the_table(tmp_pat
 def test_wide_rows_are_read_in_smaller_batches(tmp_path):
     # A batch is about BATCH_BYTES of data: a shard of long conversations (terminal-bench rows
     # are ~80 KB) would otherwise keep the writer waiting for its first batch of BATCH_ROWS rows.
-    from ingest import hub
+    from ingest.read import hub
 
     narrow = [hub_row(f"t{i}__aaaaaaa", 0, [("user", "short")]) for i in range(300)]
     wide = [hub_row(f"t{i}__aaaaaaa", 0, [("user", f"{i} " + "x" * 100_000)]) for i in range(30)]
@@ -571,7 +572,7 @@ def test_every_column_ingest_writes_has_a_binary_copy_type():
     # the schema without one would fail only at the first PostgreSQL ingest.
     from sqlalchemy.dialects.postgresql import psycopg
 
-    from ingest import bulk, writer
+    from ingest.write import bulk, writer
 
     dialect = psycopg.dialect()
     for table in writer.T.values():
@@ -584,8 +585,8 @@ def test_a_prepared_trial_holds_each_field_under_its_name():
     # value in another.
     import dataclasses
 
-    from ingest.prepare import TRIAL_ROW, trial_row
-    from ingest.records import Trial
+    from ingest.shape.prepare import TRIAL_ROW, trial_row
+    from ingest.shape.records import Trial
 
     trial = Trial(run_key="r", trial_name="n")
     for f in dataclasses.fields(Trial):
@@ -602,7 +603,7 @@ def test_ingest_stores_timestamps_on_sqlite_as_the_orm_type_does():
 
     from sqlalchemy.dialects import sqlite
 
-    from ingest.bulk import sqlite_timestamp
+    from ingest.write.bulk import sqlite_timestamp
     from warehouse.db.types import UtcDateTime
 
     orm = UtcDateTime()._cached_bind_processor(sqlite.dialect())
@@ -614,8 +615,8 @@ def test_ingest_stores_timestamps_on_sqlite_as_the_orm_type_does():
 
 @pytest.mark.parametrize("profile", ["tiny", "tb", "math"])
 def test_column_wise_reading_prepares_what_row_by_row_reading_does(tmp_path, profile):
-    from ingest import hub
-    from ingest.prepare import prepare
+    from ingest.read import hub
+    from ingest.shape.prepare import prepare
 
     generate_dataset(tmp_path / "ds", profile, episodes="all" if profile == "tb" else "last", shards=1, seed=5,
                      scale=0.05 if profile != "tiny" else 1.0)
@@ -656,7 +657,7 @@ def _allocator_after_reading(shard, *args):
 def test_the_reader_process_reads_with_the_system_allocator_and_leaves_this_ones_alone(tmp_path):
     import pyarrow as pa
 
-    from ingest.worker import Reader
+    from ingest.process.worker import Reader
 
     generate_dataset(tmp_path / "ds", "tiny", episodes="last", shards=1, seed=4)
     shard = next((tmp_path / "ds").rglob("*.parquet"))

@@ -30,11 +30,11 @@ import psycopg
 import pytest
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from ingest import bulk
-from ingest.bulk import PG_WRITE_LOCK
-from ingest.generate import generate_dataset
 from helpers import TABLES
+from ingest.write import bulk
+from ingest.write.bulk import PG_WRITE_LOCK
 from procs import CLI, LoadCounter, fresh_database, run_cli, start_cli, units
+from tools.generate import generate_dataset
 
 # Enough shards that the six stops while loading (each after k units, and a moment later) leave
 # some to load even where units commit fast.
@@ -339,7 +339,7 @@ def test_an_interrupt_that_leaves_a_statement_unread_ends_the_unit_in_silence(en
     of about a hundred lines when it reset the connection. The window is a few instructions wide
     (the stress test below meets it by chance); here it is made to happen, on the unit's
     connection and on the one ids are fetched on."""
-    from ingest import writer
+    from ingest.write import writer
 
     source_id = writer.ensure_source(engine, "parquet", "/nowhere", "nowhere", None, None)
     with pytest.raises(KeyboardInterrupt):

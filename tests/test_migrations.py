@@ -170,8 +170,8 @@ def _warehouse_with_rows(engine, tmp_path) -> dict[str, int]:
     """Counts of every table after loading a small dataset, with one value in the column the
     step down to 0004 drops (episode_loads.extra)."""
     from helpers import counts
-    from ingest.generate import generate_dataset
     from ingest.pipeline import ingest
+    from tools.generate import generate_dataset
 
     generate_dataset(tmp_path / "ds", "tiny", seed=3)
     assert ingest(engine, [str(tmp_path / "ds")]).errors == []

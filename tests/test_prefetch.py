@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from ingest.prefetch import prefetch
+from ingest.process.prefetch import prefetch
 
 SAFETY = 30  # seconds: a close still running by then is stuck for good
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.generate import generate_dataset
 from procs import CLI, run_cli, units
+from tools.generate import generate_dataset
 from warehouse.cli.progress import ProgressLine
 from warehouse.db.engine import redact, resolve_url
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from ingest import writer
-from ingest.records import Episode, Trial, Turn
+from ingest.shape.records import Episode, Trial, Turn
+from ingest.write import writer
 from sqlalchemy import text
 
 from procs import CLI, run_cli

@@ -9,10 +9,10 @@ import pytest
 from sqlalchemy import text
 
 import query_fixture
-from ingest.generate import generate_dataset
-from ingest.sources import card_labels
-from ingest.traces import job_labels
+from ingest.read.sources import card_labels
+from ingest.read.traces import job_labels
 from query_fixture import cli
+from tools.generate import generate_dataset
 from trace_trees import make_trace_tree
 from warehouse.db import schema
 from warehouse.errors import WarehouseError

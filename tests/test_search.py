@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import text
 
 import query_fixture
-from ingest import writer
-from ingest.records import Episode, Trial, Turn
+from ingest.shape.records import Episode, Trial, Turn
+from ingest.write import writer
 from query_fixture import cli
 from warehouse import search as search_lib
 from warehouse.search import build_index, drop_index, index_status, search

@@ -7,8 +7,8 @@ import json
 import pytest
 
 import query_fixture
-from ingest import writer
-from ingest.records import Episode, Trial, Turn
+from ingest.shape.records import Episode, Trial, Turn
+from ingest.write import writer
 from query_fixture import B_TASK2_EP0, B_TASK2_EP1, NUL_TEXT, cli
 from warehouse.errors import WarehouseError
 from warehouse.show import load_trajectory, to_json, to_text

@@ -20,13 +20,13 @@ from sqlalchemy.engine import make_url
 import canonical
 import query_fixture
 from conftest import PG_URL, _fresh_pg, _pg_admin_conninfo
-from ingest.bulk import PG_WRITE_LOCK
+from ingest.write.bulk import PG_WRITE_LOCK
 from procs import run_with_peak
 from query_fixture import cli
 from sql_attacks import CASES, SIZED, WHERE
 from warehouse.db import schema
-from warehouse.db.roles import reader_role
 from warehouse.db.engine import make_engine, resolve_url
+from warehouse.db.roles import reader_role
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMBOS = [("sqlite", "owner"), ("postgresql", "superuser"), ("postgresql", "ordinary")]

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from ingest.generate import generate_dataset
 from procs import run_cli, units
+from tools.generate import generate_dataset
 from warehouse.db.statistics import _stale
 
 SUMMARY_TABLES = {"trial_lengths", "run_task_breakdown", "run_task_outcomes", "run_sources"}

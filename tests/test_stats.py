@@ -15,7 +15,7 @@ from scipy import stats as scipy_stats
 from statsmodels.stats.contingency_tables import mcnemar as statsmodels_mcnemar
 from statsmodels.stats.proportion import proportion_confint
 
-from ingest import writer
+from ingest.write import writer
 from query_fixture import _trial, cli
 from warehouse.queries import QUERIES, run_canned
 from warehouse.queries.stats import (_Binomial, bootstrap_counts, mcnemar_exact, normal_quantile,

@@ -14,10 +14,10 @@ import pytest
 from sqlalchemy import select, text
 
 import query_fixture
-from ingest import writer
-from ingest.generate import generate_dataset
 from ingest.pipeline import ingest
-from ingest.records import Episode, Trial, Turn
+from ingest.shape.records import Episode, Trial, Turn
+from ingest.write import writer
+from tools.generate import generate_dataset
 from trace_trees import FIXTURE_JOBS, make_trace_tree
 from warehouse import summaries
 from warehouse.db import models, schema

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from sqlalchemy import text
 
 from ingest.pipeline import ingest
-from ingest.traces import discover, read_trial, run_key_for
+from ingest.read.traces import discover, read_trial, run_key_for
 from order_sources import SUMMARY_REF, agent_step, subagent_trial
 from order_sources import write_json as _write
 from query_fixture import cli

@@ -1,4 +1,4 @@
-"""The Harbor trace-directory reader (ingest.traces, ingest.atif): no database involved.
+"""The Harbor trace-directory reader (ingest.read.traces, ingest.read.atif): no database involved.
 
 Expected numbers for the real fixtures were read off the fixture files by hand:
 tests/fixtures/harbor/jobs/pinchbench-147-kimi2.6/<trial>/result.json and the trajectories.
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import ingest.trace_files as trace_files
-import ingest.traces as traces
-from ingest.traces import (
+import ingest.read.trace_files as trace_files
+import ingest.read.traces as traces
+from ingest.read.traces import (
     TraceError,
     TraceUnit,
     discover,
@@ -644,7 +644,7 @@ def test_continuation_chain(tmp_path):
 
 
 def test_rendering_rules():
-    from ingest.atif import RenderContext, TrajectoryFile, render_main_episodes
+    from ingest.read.atif import RenderContext, TrajectoryFile, render_main_episodes
 
     traj = trajectory(
         [

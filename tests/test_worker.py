@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ingest.worker import Reader, WorkerDied
+from ingest.process.worker import Reader, WorkerDied
 
 
 def in_worker(produce, *args):
@@ -33,7 +33,7 @@ def _niceness():
 
 
 def test_the_reader_yields_the_cores_to_the_writer_when_they_compete():
-    from ingest.worker import READER_NICENESS
+    from ingest.process.worker import READER_NICENESS
 
     assert list(in_worker(_niceness)) == [min(19, os.nice(0) + READER_NICENESS)]
 
@@ -151,7 +151,7 @@ def _sized(sizes: list[int]):
 def test_items_of_every_size_cross_intact_and_in_order():
     # Items cross in a ring of shared memory, wrapping around its end; one larger than the ring
     # takes goes through the pipe instead.
-    from ingest.worker import AHEAD_BYTES, RING_ITEM_MAX
+    from ingest.process.worker import AHEAD_BYTES, RING_ITEM_MAX
 
     sizes = [100, 3 << 20, 2 << 20, 64 << 10, RING_ITEM_MAX + (1 << 20), 3 << 20, 1, 3 << 20, AHEAD_BYTES,
              (1 << 20) - 7, 3 << 20, 5]
@@ -185,8 +185,8 @@ def test_the_reader_dies_with_its_consumer_whatever_its_job_is_doing(tmp_path):
     consumer = subprocess.Popen([sys.executable, "-c", f"""
 import sys, time
 sys.path[:0] = [{str(Path(__file__).parent)!r}]
+from ingest.process.worker import Reader
 from test_worker import _reports_then_sleeps
-from ingest.worker import Reader
 with Reader() as reader:
     items = reader.run(_reports_then_sleeps, {str(marker)!r})
     next(items)

@@ -1,10 +1,9 @@
 """The trajectory warehouse: agent trajectories from Harbor runs and Hub datasets, in SQL.
 
 The Python API (warehouse.api): `warehouse.open(db)` gives a `Warehouse`, whose reads return a
-`Result`; errors are `WarehouseError`s. They are imported on first use, not here: every CLI
-start imports this package."""
+`Result`; errors are `WarehouseError`s. They, and `__version__` (warehouse.version), are imported
+on first use, not here: every CLI start imports this package."""
 
-__version__ = "0.1.0"
 __all__ = ["IngestError", "Result", "Warehouse", "WarehouseError", "open"]
 
 _API = {"open", "Warehouse", "Result", "IngestError"}
@@ -15,6 +14,10 @@ def __getattr__(name: str):
         from warehouse import api
 
         return getattr(api, name)
+    if name == "__version__":
+        from warehouse.version import __version__
+
+        return __version__
     if name == "WarehouseError":
         from warehouse.errors import WarehouseError
 
@@ -23,4 +26,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    return sorted([*globals(), *__all__, "__version__"])

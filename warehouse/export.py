@@ -39,7 +39,6 @@ import pyarrow.parquet as pq
 from sqlalchemy import Connection, Engine, Integer, and_, exists, func, or_, select, text
 from sqlalchemy.orm import aliased
 
-from warehouse import __version__
 from warehouse.arrow_json import from_json
 from warehouse.db import models
 from warehouse.errors import WarehouseError, first_line
@@ -53,6 +52,7 @@ from warehouse.readonly import check_timeout
 from warehouse.selection import DEFAULT_PICK_TIMEOUT, Pick, episodes_sql, picked_trials
 from warehouse.summaries import check_threshold, own_trace_sql
 from warehouse.texts import exact_column, from_bytes
+from warehouse.version import __version__
 
 SOURCES, LOADS, RUNS, TASKS, TRIALS, EPISODES, TURNS, MESSAGES, EPISODE_LOADS, TRIAL_LOADS, CONFLICTS = (
     m.__table__ for m in (models.Source, models.Load, models.Run, models.Task, models.Trial, models.Episode,
@@ -345,7 +345,7 @@ def _tool_definitions_type(conn: Connection, where: list) -> pa.DataType | None:
 
 
 def _load_schema(text: str) -> pa.Schema:
-    """A shard's schema as `ingest.hub.schema_json` stored it."""
+    """A shard's schema as `ingest.read.hub.schema_json` stored it."""
     data = base64.b64decode(json.loads(text)["arrow_ipc_b64"])
     return pa.ipc.read_schema(pa.py_buffer(data))
 
@@ -538,7 +538,7 @@ class _RowBuilder:
 
     def _conflicts(self, load_ids: set[int], trial_ids: set[int]) -> tuple[dict, set[int]]:
         """{(load_id, trial_id): {column: value}}: what a unit said about a trial that differs
-        from the value the trial keeps (ingest.writer: the richer source's, else the smaller)."""
+        from the value the trial keeps (ingest.write.writer: the richer source's, else the smaller)."""
         overlay: dict[tuple[int, int], dict[str, Any]] = {}
         stmt = select(CONFLICTS.c.load_id, CONFLICTS.c.entity_id, CONFLICTS.c.field, CONFLICTS.c.incoming).where(
             CONFLICTS.c.entity == "trial", CONFLICTS.c.load_id.in_(load_ids)).order_by(CONFLICTS.c.id)
@@ -592,7 +592,7 @@ def _hub_row(values: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, 
     """A row from a Hub shard: its other columns are in episodes.extra, with the raw `episode`
     string when it was not exactly episode-N (e.g. zero-padded) and the raw `trace_source` when
     it was null or empty (stored under the key "main"), and the trial columns in which the row
-    differed from its trial's first row in its shard (ingest.hub.ROW_VALUE_COLUMNS)."""
+    differed from its trial's first row in its shard (ingest.read.hub.ROW_VALUE_COLUMNS)."""
     return {**values, **(extra or {})}
 
 

@@ -204,7 +204,7 @@ def to_text(trajectory: dict[str, Any]) -> str:
 
 
 def _kept_in_turn(extra: dict[str, Any]) -> list[str]:
-    """What a trace directory's turn keeps beside its text (see ingest.atif): an observation that
+    """What a trace directory's turn keeps beside its text (see ingest.read.atif): an observation that
     no turn of the conversation holds, and subagent trajectories an observation points to."""
     lines = []
     observation = extra.get("observation")

@@ -76,7 +76,7 @@ def own_trace_sql(episodes: str = "e") -> str:
     """The condition that an episode (of the table or alias `episodes`) is one of its trial's own
     conversations: its main trajectory ("main"), each step of a multi-step trial (Harbor's
     steps/<name>/ folders, stored as "step:<name>"), or a further step's episodes of a Harbor
-    export read alone ("main#<n>": the export has no step marker; ingest.settle). Subagents
+    export read alone ("main#<n>": the export has no step marker; ingest.write.settle). Subagents
     ("summarization-…", "step:<name>/…") are not the trial's length. queries/lengths.sql says the
     same. substr, not LIKE: SQLite's LIKE ignores case, PostgreSQL's does not."""
     ts = f"{episodes}.trace_source"
@@ -180,7 +180,7 @@ _OUTCOMES = (
 )
 
 # This unit's source joins the runs of every trial it mentions, changed or not. (A run loses a
-# source only when the trials it held there are removed: ingest.removal.)
+# source only when the trials it held there are removed: ingest.write.removal.)
 _RUN_SOURCES = """
 INSERT INTO run_sources (run_id, source_id)
 SELECT :run_id, l.source_id
@@ -196,7 +196,7 @@ def refresh(conn: Connection, load_id: int, trial_ids: Collection[int], run_ids:
     transaction. `trial_ids`: the trials it inserted, filled in or gave new episodes;
     `run_ids`: the runs of every trial it mentions (those it gave a trial_loads row);
     `left_keys`: the (run, task) keys its trials were under before it gave them another task or
-    removed them (ingest.removal)."""
+    removed them (ingest.write.removal)."""
     if run_ids:
         conn.execute(text(_RUN_SOURCES), [{"load_id": load_id, "run_id": run_id} for run_id in sorted(run_ids)])
     if not trial_ids and not left_keys:

@@ -75,7 +75,7 @@ def exact_column(detail: dict | None, name: str, stored: str | None) -> str | No
 
 # The walks below take one Python frame per level of nesting (map and zip call back from C, where
 # a comprehension would add a frame of its own): trace files nest up to
-# ingest.trace_files.MAX_JSON_DEPTH levels, which must stay well inside the recursion limit.
+# ingest.read.trace_files.MAX_JSON_DEPTH levels, which must stay well inside the recursion limit.
 
 def json_to_db(value: Any) -> Any:
     if isinstance(value, str):

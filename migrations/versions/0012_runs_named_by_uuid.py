@@ -8,8 +8,8 @@ A run is renamed when its name is its key and its trials name that key as their 
 (`trials.source_run_id`): a key that is a folder name or an `ingest --run` (no job UUID) is the
 name an ingest gives it now too. The new name is the one its sources give it, by the rules of the
 live code, copied here (revisions never import it): a trace directory's before any dataset's, and
-of datasets the first by kind and URI (ingest.writer.name_source_runs, warehouse.runs.dataset_names):
-- a trace directory (ingest.traces.run_name_for, _folder_name): the folder holding the first
+of datasets the first by kind and URI (ingest.write.writer.name_source_runs, warehouse.runs.dataset_names):
+- a trace directory (ingest.read.traces.run_name_for, _folder_name): the folder holding the first
   loaded trial, or for an RL `trace_jobs/` folder the folder above it;
 - a Hub or Parquet dataset (warehouse.runs.source_run_name, as in 0010): the dataset's name, or
   with several runs in it the name and the first 8 characters of the key.

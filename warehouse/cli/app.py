@@ -15,7 +15,6 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperGroup
 
-from warehouse import __version__
 from warehouse.cli import shared
 from warehouse.db import ENV_VAR
 from warehouse.display import printable
@@ -108,6 +107,8 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
+        from warehouse.version import __version__
+
         typer.echo(f"warehouse {__version__}")
         raise typer.Exit()
 

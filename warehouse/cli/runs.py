@@ -54,7 +54,7 @@ def _write(ctx: typer.Context):
     """One write transaction under the ingest write lock (so it never meets an ingest's)."""
     from contextlib import contextmanager
 
-    from ingest.bulk import lock_for_writing
+    from ingest.write.bulk import lock_for_writing
     from warehouse.db.session import write_transaction
 
     @contextmanager

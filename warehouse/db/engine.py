@@ -1,5 +1,5 @@
 """Choosing the database and opening it, for writing (make_engine) or only for reading
-(make_read_engine). The only module besides ingest.bulk that knows which backend it is talking
+(make_read_engine). The only module besides ingest.write.bulk that knows which backend it is talking
 to."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 # Migrations are serialized across processes (several `warehouse ingest` started at once on a new
 # database all try to create it): PostgreSQL takes this transaction-scoped advisory lock first;
 # SQLite begins the migration with BEGIN IMMEDIATE, its write lock, waited for via busy_timeout.
-MIGRATION_LOCK = 0x77686462  # "whdb"; distinct from the ingest write lock (ingest.bulk)
+MIGRATION_LOCK = 0x77686462  # "whdb"; distinct from the ingest write lock (ingest.write.bulk)
 
 # The newest revision in migrations/versions. Every command checks the database against it, so
 # it is a constant rather than read from the scripts: importing Alembic costs a tenth of a

@@ -43,7 +43,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from ingest import collector
+from ingest.process import collector
 
 T = TypeVar("T")
 

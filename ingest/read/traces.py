@@ -1,4 +1,4 @@
-"""Read Harbor trace directories (jobs, trials, RL `trace_jobs/`) into `ingest.records`.
+"""Read Harbor trace directories (jobs, trials, RL `trace_jobs/`) into `ingest.shape.records`.
 
 The reader knows the on-disk formats described in harbor-formats.md (§1 layout, §2 result.json
 and config.json, §3 ATIF, §4.3-4.5 the exporter's column rules, §6 edge cases); it never touches
@@ -7,9 +7,9 @@ the database. Public API:
 - `discover(root)`: the trial directories (and the things that could not be used) under a path;
 - `hash_trial_dir(path)`: a content hash of the files the reader uses, for idempotent re-ingest;
 - `run_key_for(unit, run_override)`, `read_job(job_dir)`: run identity and job-level facts;
-- `read_trial(unit, run_key)`: one `records.Trial` with its episodes (`ingest.atif` renders them);
+- `read_trial(unit, run_key)`: one `records.Trial` with its episodes (`ingest.read.atif` renders them);
 - `TraceError`: a file that cannot be read, with a one-line message naming the file and field
-  (reading the files themselves, safely and in bounded memory, is `ingest.trace_files`).
+  (reading the files themselves, safely and in bounded memory, is `ingest.read.trace_files`).
 
 Everything is read leniently (`.get()` everywhere, unknown keys ignored, wrong types skipped and
 noted in `detail["field_warnings"]`), except JSON that does not parse, JSON files that are not
@@ -30,10 +30,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ingest import atif, limits
-from ingest.atif import RenderContext, TrajectoryFile
-from ingest.records import Episode, Run, Trial
-from ingest.trace_files import (
+from ingest.read import atif, limits
+from ingest.read.atif import RenderContext, TrajectoryFile
+from ingest.read.trace_files import (
     CHUNK,
     TraceError,
     inside,
@@ -47,6 +46,7 @@ from ingest.trace_files import (
     read_text,
     top_level_error,
 )
+from ingest.shape.records import Episode, Run, Trial
 
 __all__ = [
     "TraceError",

@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, select
 
-from ingest import bulk
-from ingest.hub import EPISODE_RE, TRACE_SOURCE
+from ingest.read.hub import EPISODE_RE, TRACE_SOURCE
+from ingest.write import bulk
 
 if TYPE_CHECKING:
-    from ingest.writer import UnitWriter
+    from ingest.write.writer import UnitWriter
 
 _CHUNK = 500
 
@@ -161,7 +161,7 @@ def take_up(w: UnitWriter, trial_id: int) -> Taken:
 
 def place(w: UnitWriter, trial_id: int, taken: Taken) -> None:
     """Write the trial's Hub rows as if they had all arrived at once (the module docstring)."""
-    from ingest.writer import _extra_key, _own_key
+    from ingest.write.writer import _extra_key, _own_key
 
     T = w.tables
     episodes = T["episodes"]

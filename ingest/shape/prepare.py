@@ -3,7 +3,7 @@ into its stored form, every conversation hashed, every row shaped. What is left 
 writer is only what needs the database: looking rows up, giving them ids, writing them.
 
 A Batch holds plain tuples, dicts, strings and bytes, so it crosses a process boundary
-cheaply: a Parquet shard is read and prepared in a worker process (ingest.worker) while the
+cheaply: a Parquet shard is read and prepared in a worker process (ingest.process.worker) while the
 writer's process writes the previous batch.
 """
 
@@ -13,7 +13,7 @@ import functools
 import hashlib
 from dataclasses import dataclass, field
 
-from ingest.records import Episode, Rejected, Trial
+from ingest.shape.records import Episode, Rejected, Trial
 from warehouse.texts import RAW_TEXT, is_safe, safe_columns, split_text, to_bytes
 
 # Trial columns that a second source may fill in when the first left them empty, and that

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ingest.prefetch import prefetch
-from ingest.prepare import Batch, Messages, Turns, prepare, roles_and_digests_hash, trial_row
-from ingest.records import Episode, Rejected, Trial, Turn
+from ingest.process.prefetch import prefetch
+from ingest.shape.prepare import Batch, Messages, Turns, prepare, roles_and_digests_hash, trial_row
+from ingest.shape.records import Episode, Rejected, Trial, Turn
 from warehouse.arrow_json import to_json, unsupported
 from warehouse.errors import first_line
 

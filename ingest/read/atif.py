@@ -24,7 +24,7 @@ observation that is no turn of its own (on a system or user step, one with no co
 turn extra as "observation"; steps after a file's last episode go raw into that episode's extra
 as "later_steps"; a file's `continued_trajectory_ref` into its episodes' extra.
 
-Everything here works on parsed JSON values; reading files is `ingest.traces`' job. Steps are
+Everything here works on parsed JSON values; reading files is `ingest.read.traces`' job. Steps are
 read with `.get()` and anything of an unexpected type is skipped or normalised rather than raised,
 because Harbor's exporter reads trajectories unvalidated too.
 """
@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.records import Episode, Turn
+from ingest.shape.records import Episode, Turn
 
 # Per-step token data that would make every turn as large as the rollout; the Hub rows never
 # carry it either (it only appears in the separate literal-token columns).

@@ -11,7 +11,7 @@ episodes) and the variety of `result` values.
 Everything is a pure function of the arguments: one `random.Random(seed)` drives every
 choice (names, dates, UUIDs, texts), so the same arguments give the same bytes.
 
-    python -m ingest.generate OUT --profile tb --episodes all --shards 4 --seed 1
+    python -m tools.generate OUT --profile tb --episodes all --shards 4 --seed 1
 """
 
 from __future__ import annotations
@@ -910,7 +910,7 @@ def generate_dataset(
     writer.close()
 
     command = (
-        f"python -m ingest.generate OUT --profile {profile} --episodes {episodes} --shards {shards} "
+        f"python -m tools.generate OUT --profile {profile} --episodes {episodes} --shards {shards} "
         f"--seed {seed} --scale {scale} --runs {n_runs} --attempts {n_attempts} "
         f"--{'' if with_instruction else 'no-'}instruction --{'' if is_rl else 'no-'}rl"
     )
@@ -1021,7 +1021,7 @@ it exists to test and benchmark ingestion.
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ingest.generate", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.generate", description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="output directory (README.md and data/ are written inside)")
     parser.add_argument("--profile", default="tiny", choices=sorted(PROFILES))
     parser.add_argument("--episodes", default="last", choices=("last", "all"))

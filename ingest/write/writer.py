@@ -1,4 +1,4 @@
-"""The one writer both ingesters share: prepared batches in (ingest.prepare: records made
+"""The one writer both ingesters share: prepared batches in (ingest.shape.prepare: records made
 ready without the database), rows out.
 
 A unit (a Parquet shard, a trial directory) is written in one transaction together with its
@@ -24,16 +24,19 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text, update
 
-from ingest import bulk, collector, hub, removal, settle
-from ingest.prepare import TRIAL_FIELDS, TRIAL_ROW, Batch, prepare
-from ingest.records import Rejected, Run, Trial
-from warehouse import __version__, summaries
+from ingest.process import collector
+from ingest.read import hub
+from ingest.shape.prepare import TRIAL_FIELDS, TRIAL_ROW, Batch, prepare
+from ingest.shape.records import Rejected, Run, Trial
+from ingest.write import bulk, removal, settle
+from warehouse import summaries
 from warehouse.db import models
 from warehouse.db.session import write_transaction
 from warehouse.errors import interruption
 from warehouse.hub_columns import FIELD_COLUMNS
 from warehouse.runs import dataset_names, labels_of, set_labels, source_run_name
 from warehouse.texts import from_bytes, to_bytes
+from warehouse.version import __version__
 
 T = {name: model.__table__ for name, model in {
     "sources": models.Source, "loads": models.Load, "runs": models.Run, "tasks": models.Task,
@@ -69,7 +72,7 @@ class UnitCounts:
     n_bytes: int = 0
     conflicts: list[str] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)  # trials the unit deleted (ingest.removal), by name
+    removed: list[str] = field(default_factory=list)  # trials the unit deleted (ingest.write.removal), by name
 
 
 def ensure_source(engine: Engine, kind: str, uri: str, name: str, revision: str | None = None,
@@ -244,7 +247,7 @@ class UnitWriter:
         # miss under one is a new row too. And its episodes: a key repeated within the unit
         # with another conversation is another episode (see _place).
         self._created: dict[str, set[int]] = {"runs": set(), "trials": set(), "episodes": set()}
-        # Order independence (ingest.settle): trials whose Hub rows are placed again when the
+        # Order independence (ingest.write.settle): trials whose Hub rows are placed again when the
         # unit ends, the Hub rows a trace directory took up from its trial, and episodes given
         # a row whose columns differ from theirs (placed again if only Hub rows made them).
         self._unsettled: set[int] = set()
@@ -256,7 +259,7 @@ class UnitWriter:
 
     def settle(self) -> None:
         """Place again, all at once, the Hub rows of every trial this unit left in a state that
-        could depend on the order rows came in (ingest.settle)."""
+        could depend on the order rows came in (ingest.write.settle)."""
         if self._own_columns:
             self._unsettled |= settle.hub_made(self, self._own_columns)
         for trial_id in sorted(self._unsettled | set(self._taken)):

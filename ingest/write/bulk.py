@@ -67,7 +67,7 @@ _PG_BINARY_TYPES = {"BIGINT": "int8", "INTEGER": "int4", "TEXT": "text", "BYTEA"
 _INT4_MIN, _INT4_MAX = -(2**31), 2**31 - 1
 
 # Text columns whose values arrive as their UTF-8 bytes (a message's text: see
-# ingest.prepare.message_row), never decoded on the way in. SQLite stores the bytes as text with
+# ingest.shape.prepare.message_row), never decoded on the way in. SQLite stores the bytes as text with
 # a CAST, which takes them as they are. PostgreSQL's binary COPY sends a text value as its raw
 # bytes, as it sends a bytea: the bytes go with psycopg's bytea dumper, and the server reads
 # them by the column's type, checking they are valid UTF-8.
@@ -131,7 +131,7 @@ class Bulk:
         # looks for an adapter for each bytes value first (a dictionary miss and two attribute
         # lookups) but binds a bytearray at once, so bytes go to SQLite as bytearrays, made in
         # one C loop per column (the math profile's messages: inserted 17 % faster). Message
-        # texts are bytearrays already (ingest.prepare.message_row).
+        # texts are bytearrays already (ingest.shape.prepare.message_row).
         if (table.name, col) in UTF8_COLUMNS:
             return None
         if isinstance(column_type, LargeBinary):
@@ -252,7 +252,7 @@ class Bulk:
         """Queue rows the caller knows are new (it holds the write lock and looked them up),
         given as columns (one sequence of values per column of `cols`, none of them changed
         afterwards). flush() writes them; until then lookups do not see them, so the caller
-        must keep every queued key in its own cache (ingest.writer does)."""
+        must keep every queued key in its own cache (ingest.write.writer does)."""
         n = len(columns[0])
         if not n:
             return
@@ -407,7 +407,7 @@ def lock_for_writing(conn: Connection) -> None:
 
     On PostgreSQL the lock is the transaction's, so it ends with the session; a dead writer's
     session ends as soon as the server sees its socket close (its reader process holds no copy:
-    ingest.worker), and PG_WRITER_SETTINGS end it where that never happens."""
+    ingest.process.worker), and PG_WRITER_SETTINGS end it where that never happens."""
     if conn.dialect.name == "postgresql":
         settings = ", ".join(f"set_config('{name}', '{value}', true)" for name, value in PG_WRITER_SETTINGS.items())
         conn.exec_driver_sql(f"SELECT {settings}, pg_advisory_xact_lock({PG_WRITE_LOCK})")

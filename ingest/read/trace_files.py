@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ingest import limits
+from ingest.read import limits
 
 CHUNK = 1024 * 1024
 
