@@ -21,10 +21,10 @@ from warehouse.db.models import Base
 from warehouse.errors import SchemaError
 
 TABLES = {
-    "sources", "loads", "runs", "tasks", "trials", "episodes", "turns", "messages",
+    "sources", "loads", "runs", "tasks", "trials", "episodes", "conversations", "conversation_turns", "messages",
     "episode_loads", "trial_loads", "conflicts",
 }
-VIEWS = {"turn_text", "trial_summary"}
+VIEWS = {"turns", "turn_text", "trial_summary"}
 
 
 @pytest.fixture

@@ -195,11 +195,12 @@ class Trial(Base):
 
 
 class Episode(Base):
-    """One exported episode of a trial. `conversation_hash` decides whether a second copy
-    from another source is a duplicate (same hash) or a conflict (different hash)."""
+    """One exported episode of a trial: the first `n_turns` turns of its conversation (NULL for
+    an episode of no turns). `conversation_hash` decides whether a second copy from another
+    source is a duplicate (same hash) or a conflict (different hash)."""
 
     __tablename__ = "episodes"
-    __table_args__ = (UniqueConstraint("trial_id", "trace_source", "episode_index"),)
+    __table_args__ = (UniqueConstraint("trial_id", "trace_source", "episode_index"), Index(None, "conversation_id"))
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"))
@@ -210,16 +211,53 @@ class Episode(Base):
     conversation_hash: Mapped[str]
     extra: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = created_at()
+    conversation_id: Mapped[int | None] = mapped_column(ForeignKey("conversations.id"))
 
 
-class Turn(Base):
-    __tablename__ = "turns"
+class Conversation(Base):
+    """A trial's conversation, stored once: each of the trial's episodes is a prefix of one. A
+    trial's conversations are the longest of its episodes' turn lists (role, message and turn
+    extra): none is a prefix of another, whatever order the episodes came in (see
+    ingest.write.conversations)."""
+
+    __tablename__ = "conversations"
+    __table_args__ = (Index(None, "trial_id"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"))
+
+
+class ConversationTurn(Base):
+    """One message of a conversation, with the turn's own extra fields (a trace's tool calls,
+    metrics, observation): the same step in every episode that holds it."""
+
+    __tablename__ = "conversation_turns"
     __table_args__ = (Index(None, "message_id"),)
 
-    episode_id: Mapped[int] = mapped_column(ForeignKey("episodes.id"), primary_key=True)
+    conversation_id: Mapped[int] = mapped_column(ForeignKey("conversations.id"), primary_key=True)
     idx: Mapped[int] = mapped_column(primary_key=True)
     role: Mapped[str]
     message_id: Mapped[int | None] = mapped_column(ForeignKey("messages.id"))
+    extra: Mapped[dict[str, Any] | None]
+
+
+class View(DeclarativeBase):
+    """Views, made by the migrations (not tables: kept out of Base.metadata)."""
+
+    type_annotation_map = Base.type_annotation_map
+
+
+class Turn(View):
+    """The view `turns`: one message of an episode, as the table of that name held before
+    conversations were stored once (migration 0014). Its rows are the episode's conversation's
+    first n_turns turns."""
+
+    __tablename__ = "turns"
+
+    episode_id: Mapped[int] = mapped_column(Id, primary_key=True)
+    idx: Mapped[int] = mapped_column(primary_key=True)
+    role: Mapped[str]
+    message_id: Mapped[int | None] = mapped_column(Id)
     extra: Mapped[dict[str, Any] | None]
 
 
