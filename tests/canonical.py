@@ -69,7 +69,9 @@ def dump(engine: Engine, *, order_independent: bool = False) -> dict[str, list[s
         tasks = _rows(conn, models.Task)
         trials = _rows(conn, models.Trial)
         episodes = _rows(conn, models.Episode)
-        turns = _rows(conn, models.Turn)
+        turns = _rows(conn, models.Turn)  # the view: each episode's turns
+        conversations = _rows(conn, models.Conversation)
+        conversation_turns = _rows(conn, models.ConversationTurn)
         messages = _rows(conn, models.Message)
         episode_loads = _rows(conn, models.EpisodeLoad)
         trial_loads = _rows(conn, models.TrialLoad)
@@ -104,6 +106,13 @@ def dump(engine: Engine, *, order_independent: bool = False) -> dict[str, list[s
                        for e in episodes]
     out["turns"] = [dict(_drop(t, ["episode_id", "message_id"]), episode=episode_key[t["episode_id"]],
                          message=message_key.get(t["message_id"])) for t in turns]
+    # A conversation is its trial and its turns: which stored conversation an episode points at
+    # is an id, but the set of conversations is the episodes' longest turn lists.
+    conversation_of = {c["id"]: {"trial": trial_key[c["trial_id"]], "turns": []} for c in conversations}
+    for t in sorted(conversation_turns, key=lambda t: (t["conversation_id"], t["idx"])):
+        conversation_of[t["conversation_id"]]["turns"].append(
+            [t["idx"], t["role"], message_key.get(t["message_id"]), t["extra"]])
+    out["conversations"] = list(conversation_of.values())
     out["messages"] = [dict(_drop(m, ["id", "content_hash"]), hash=bytes(m["content_hash"]).hex())
                        for m in messages]
     out["episode_loads"] = [{"load": load_key[el["load_id"]], "row_number": el["row_number"],

@@ -496,8 +496,8 @@ def test_export_tables_read_back_with_pyarrow(engine, tmp_path):
     assert messages.schema.field("content_hash").type == pa.binary()
     assert b"nul\x00byte\x00" in messages["content_raw"].to_pylist()
     assert "lone \ud800 surrogate".encode("utf-8", "surrogatepass") in messages["content_raw"].to_pylist()
-    turns = ds.dataset(tmp_path / "tables" / "turns", partitioning="hive")
-    assert set(turns.schema.names) == {"episode_id", "idx", "role", "message_id", "extra", "run_id"}
+    turns = ds.dataset(tmp_path / "tables" / "conversation_turns", partitioning="hive")
+    assert set(turns.schema.names) == {"conversation_id", "idx", "role", "message_id", "extra", "run_id"}
 
 
 # --- CLI and output folder -----------------------------------------------------------------
@@ -537,7 +537,7 @@ def test_cli_export_hub_and_tables(engine, db_url, tmp_path):
 
     tables = _cli("--db", db_url, "export", "tables", str(tmp_path / "tables"))
     assert tables.returncode == 0, tables.stderr
-    assert ds.dataset(tmp_path / "tables" / "turns", partitioning="hive").count_rows() > 0
+    assert ds.dataset(tmp_path / "tables" / "conversation_turns", partitioning="hive").count_rows() > 0
     again = _cli("--db", db_url, "export", "tables", str(tmp_path / "tables"))
     assert again.returncode == 1 and "not empty" in again.stderr
 

@@ -270,9 +270,9 @@ def test_a_value_too_large_for_its_column_is_refused_not_wrapped(engine):
 
     with engine.connect() as conn:
         b = bulk.Bulk(conn)
-        b.insert(writer.T["turns"], ["episode_id", "idx", "role", "message_id", "extra"],
+        b.insert(writer.T["conversation_turns"], ["conversation_id", "idx", "role", "message_id", "extra"],
                  [[1, 1], [0, 2**31], ["user", "user"], [None, None], [None, None]])
-        with pytest.raises(psycopg.DataError, match=r"turns.idx: 2147483648 is out of range"):
+        with pytest.raises(psycopg.DataError, match=r"conversation_turns.idx: 2147483648 is out of range"):
             b.flush()
         b.insert(writer.T["trials"], ["id", "run_id", "trial_name", "status", "n_input_tokens"],
                  [[1], [1], ["t"], ["complete"], [2**64]])
@@ -297,15 +297,18 @@ def test_bulk_rows_come_back_as_written_whichever_columns_are_null_and_texts_giv
         b = bulk.Bulk(conn)
         conn.execute(text("INSERT INTO runs (id, run_key) VALUES (1, 'r')"))
         conn.execute(text("INSERT INTO trials (id, run_id, trial_name, status) VALUES (1, 1, 't', 'complete')"))
+        conn.execute(text("INSERT INTO conversations (id, trial_id) VALUES (1, 1)"))
         conn.execute(text("INSERT INTO episodes (id, trial_id, trace_source, episode_index, n_turns, n_chars, "
-                          "conversation_hash) VALUES (1, 1, 'main', 0, 3, 0, 'h')"))
+                          "conversation_hash, conversation_id) VALUES (1, 1, 'main', 0, 3, 0, 'h', 1)"))
         for part in (rows[:1], rows[1:2]):
             b.insert(writer.T["messages"], ["id", "content_hash", "content", "content_raw", "n_chars"], columns(part))
         for part in (turns[:1], turns[1:2]):
-            b.insert(writer.T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], columns(part))
+            b.insert(writer.T["conversation_turns"], ["conversation_id", "idx", "role", "message_id", "extra"],
+                     columns(part))
         b.flush()
         b.insert(writer.T["messages"], ["id", "content_hash", "content", "content_raw", "n_chars"], columns(rows[2:]))
-        b.insert(writer.T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], columns(turns[2:]))
+        b.insert(writer.T["conversation_turns"], ["conversation_id", "idx", "role", "message_id", "extra"],
+                 columns(turns[2:]))
         b.flush()
         b.close()
     with engine.connect() as conn:

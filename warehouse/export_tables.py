@@ -1,7 +1,8 @@
 """`export_tables`: every warehouse table as Parquet, for the engines that read Parquet where
 it lies (DuckDB, Spark, Trino, pyarrow.dataset) once one database is not enough.
 
-    OUT/<table>/run_id=<runs.id>/part-00000.parquet   trials, episodes, turns, episode_loads, trial_loads
+    OUT/<table>/run_id=<runs.id>/part-00000.parquet   trials, episodes, conversations,
+                                                      conversation_turns, episode_loads, trial_loads
     OUT/<table>/part-00000.parquet                    runs, tasks, sources, loads, conflicts, messages
     OUT/README.md                                     this layout and how to read it
 
@@ -43,7 +44,7 @@ PART_BYTES = 256 << 20  # a file rolls over past this much (uncompressed Arrow) 
 COMPRESSION = "zstd"
 
 TABLES = {t.name: t for t in models.Base.metadata.sorted_tables}
-TRIALS, EPISODES = TABLES["trials"], TABLES["episodes"]
+TRIALS, EPISODES, CONVERSATIONS = TABLES["trials"], TABLES["episodes"], TABLES["conversations"]
 # How each run-scoped table reaches trials.run_id: the joins, and the order rows are written in.
 RUN_SCOPED: dict[str, tuple[list, list[str]]] = {
     "trials": ([], ["id"]),
@@ -51,8 +52,9 @@ RUN_SCOPED: dict[str, tuple[list, list[str]]] = {
     "episodes": ([(TRIALS, TRIALS.c.id == EPISODES.c.trial_id)], ["id"]),
     "episode_loads": ([(EPISODES, EPISODES.c.id == TABLES["episode_loads"].c.episode_id),
                        (TRIALS, TRIALS.c.id == EPISODES.c.trial_id)], ["load_id", "row_number"]),
-    "turns": ([(EPISODES, EPISODES.c.id == TABLES["turns"].c.episode_id),
-               (TRIALS, TRIALS.c.id == EPISODES.c.trial_id)], ["episode_id", "idx"]),
+    "conversations": ([(TRIALS, TRIALS.c.id == CONVERSATIONS.c.trial_id)], ["id"]),
+    "conversation_turns": ([(CONVERSATIONS, CONVERSATIONS.c.id == TABLES["conversation_turns"].c.conversation_id),
+                            (TRIALS, TRIALS.c.id == CONVERSATIONS.c.trial_id)], ["conversation_id", "idx"]),
 }
 PARTITION = "run_id"
 EMPTY_PARTITION = 0
@@ -235,4 +237,13 @@ trials = ds.dataset("trials", partitioning="hive").to_table()
 ```
 
 Spark: `spark.read.parquet("trials")` discovers `run_id` from the folder names.
+
+A conversation's turns are stored once; an episode is its first `n_turns` turns:
+
+```sql
+SELECT e.id AS episode_id, ct.idx, ct.role, ct.message_id, ct.extra
+FROM read_parquet('episodes/*/*.parquet', hive_partitioning = true) e
+JOIN read_parquet('conversation_turns/*/*.parquet', hive_partitioning = true) ct
+  ON ct.conversation_id = e.conversation_id AND ct.idx < e.n_turns;
+```
 """, encoding="utf-8")

@@ -31,7 +31,8 @@ from sqlalchemy import Connection, delete, exists, select
 from warehouse.db import models
 
 _TRIALS, _RUNS, _TASKS = models.Trial.__table__, models.Run.__table__, models.Task.__table__
-_EPISODES, _TURNS, _MESSAGES = models.Episode.__table__, models.Turn.__table__, models.Message.__table__
+_EPISODES, _MESSAGES = models.Episode.__table__, models.Message.__table__
+_CONVERSATIONS, _TURNS = models.Conversation.__table__, models.ConversationTurn.__table__
 _LOADS, _SOURCES = models.Load.__table__, models.Source.__table__
 _TRIAL_LOADS, _EPISODE_LOADS = models.TrialLoad.__table__, models.EpisodeLoad.__table__
 _CONFLICTS, _LENGTHS = models.Conflict.__table__, models.TrialLength.__table__
@@ -97,8 +98,10 @@ def remove_trials(conn: Connection, trials: list[Deleted]) -> set[tuple[int, int
         select(_TRIALS.c.run_id, _TRIALS.c.task_id).where(_TRIALS.c.id.in_(ids)))}
     episode_ids = [e for ids in _chunks(trial_ids)
                    for e in conn.execute(select(_EPISODES.c.id).where(_EPISODES.c.trial_id.in_(ids))).scalars()]
-    messages = {m for ids in _chunks(episode_ids)
-                for m in conn.execute(select(_TURNS.c.message_id).where(_TURNS.c.episode_id.in_(ids))).scalars()}
+    conversation_ids = [c for ids in _chunks(trial_ids) for c in conn.execute(
+        select(_CONVERSATIONS.c.id).where(_CONVERSATIONS.c.trial_id.in_(ids))).scalars()]
+    messages = {m for ids in _chunks(conversation_ids)
+                for m in conn.execute(select(_TURNS.c.message_id).where(_TURNS.c.conversation_id.in_(ids))).scalars()}
     messages |= {m for ids in _chunks(trial_ids)
                  for m in conn.execute(select(_TRIALS.c.instruction_id).where(_TRIALS.c.id.in_(ids))).scalars()}
     messages.discard(None)
@@ -113,8 +116,9 @@ def remove_trials(conn: Connection, trials: list[Deleted]) -> set[tuple[int, int
     _delete(conn, _CONFLICTS, _CONFLICTS.c.entity_id, episode_ids, _CONFLICTS.c.entity == "episode")
     _delete(conn, _EPISODE_LOADS, _EPISODE_LOADS.c.load_id, load_ids)
     _delete(conn, _EPISODE_LOADS, _EPISODE_LOADS.c.episode_id, episode_ids)
-    _delete(conn, _TURNS, _TURNS.c.episode_id, episode_ids)
     _delete(conn, _EPISODES, _EPISODES.c.id, episode_ids)
+    _delete(conn, _TURNS, _TURNS.c.conversation_id, conversation_ids)
+    _delete(conn, _CONVERSATIONS, _CONVERSATIONS.c.id, conversation_ids)
     _delete(conn, _TRIAL_LOADS, _TRIAL_LOADS.c.trial_id, trial_ids)
     _delete(conn, _LENGTHS, _LENGTHS.c.trial_id, trial_ids)
     _delete(conn, _TRIALS, _TRIALS.c.id, trial_ids)

@@ -36,6 +36,7 @@ from sqlalchemy import delete, select
 
 from ingest.read.hub import EPISODE_RE, TRACE_SOURCE
 from ingest.write import bulk
+from warehouse.db import models
 
 if TYPE_CHECKING:
     from ingest.write.writer import UnitWriter
@@ -104,8 +105,8 @@ def take_up(w: UnitWriter, trial_id: int) -> Taken:
     """Read the trial's Hub rows, then delete them and every episode only they made (with its
     turns and conflicts): the trial is left with what trace directories gave it."""
     T = w.tables
-    episodes, el, loads, sources, conflicts, turns = (
-        T[n] for n in ("episodes", "episode_loads", "loads", "sources", "conflicts", "turns"))
+    episodes, el, loads, sources, conflicts = (
+        T[n] for n in ("episodes", "episode_loads", "loads", "sources", "conflicts"))
     eps = {row.id: row for row in w.execute(select(
         episodes.c.id, episodes.c.trace_source, episodes.c.episode_index, episodes.c.n_turns, episodes.c.n_chars,
         episodes.c.conversation_hash, episodes.c.extra).where(episodes.c.trial_id == trial_id))}
@@ -153,9 +154,10 @@ def take_up(w: UnitWriter, trial_id: int) -> Taken:
     for ids in bulk.chunks(sorted(hub_loads), _CHUNK):
         w.execute(delete(el).where(el.c.load_id.in_(ids), el.c.episode_id.in_(of_trial)))
     for ids in bulk.chunks(made, _CHUNK):
-        w.execute(delete(turns).where(turns.c.episode_id.in_(ids)))
         w.execute(delete(episodes).where(episodes.c.id.in_(ids)))
     w.forget_episodes(trial_id)
+    if made:
+        w.conversations.prune(trial_id)
     return Taken(rows, conversations, {(eps[i].episode_index, eps[i].conversation_hash) for i in made})
 
 
@@ -223,22 +225,20 @@ def place(w: UnitWriter, trial_id: int, taken: Taken) -> None:
             placed[content] = at
         landing += [(r, placed.get(r.content, placed[order[0]])) for r in group]
 
-    # The episodes only Hub rows make, with their turns.
+    # The episodes only Hub rows make, each on its conversation.
     ids = w.bulk.allocate_ids(episodes, len(new_episodes))
     made: dict[tuple[str, int], tuple[int, str, Any]] = {}
-    columns: list[list[Any]] = [[] for _ in range(8)]
-    turn_columns: list[list[Any]] = [[] for _ in range(5)]
+    columns: list[list[Any]] = [[] for _ in range(9)]
     for ep_id, (key, content, extra) in zip(ids, new_episodes):
         conv = taken.conversations[content]
-        for col, value in zip(columns, (ep_id, trial_id, key[0], key[1], conv.n_turns, conv.n_chars, content, extra)):
+        roles, message_ids, turn_extras = (list(c) for c in zip(*conv.turns)) if conv.turns else ([], [], [])
+        conversation_id = w.conversations.place(trial_id, roles, message_ids, turn_extras)
+        for col, value in zip(columns, (ep_id, trial_id, key[0], key[1], conv.n_turns, conv.n_chars, content, extra,
+                                        conversation_id)):
             col.append(value)
-        for idx, (role, message_id, turn_extra) in enumerate(conv.turns):
-            for col, value in zip(turn_columns, (ep_id, idx, role, message_id, turn_extra)):
-                col.append(value)
         made[key] = (ep_id, content, extra)
     w.bulk.insert(episodes, ["id", "trial_id", "trace_source", "episode_index", "n_turns", "n_chars",
-                             "conversation_hash", "extra"], columns)
-    w.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], turn_columns)
+                             "conversation_hash", "extra", "conversation_id"], columns)
 
     provenance: list[list[Any]] = [[] for _ in range(4)]
     for r, key in landing:
@@ -312,7 +312,7 @@ def _arrived(extra: dict[str, Any] | None, stored_key: tuple[str, int]) -> tuple
 
 
 def _turns(w: UnitWriter, episode_ids: list[int]) -> dict[int, list[tuple[str, int | None, Any]]]:
-    turns = w.tables["turns"]
+    turns = models.Turn.__table__  # the view: each episode's turns
     out: dict[int, list[tuple[str, int | None, Any]]] = {}
     for ids in bulk.chunks(sorted(episode_ids), _CHUNK):
         for row in w.execute(select(turns.c.episode_id, turns.c.role, turns.c.message_id, turns.c.extra)

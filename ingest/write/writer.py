@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from itertools import chain, filterfalse, repeat
+from itertools import filterfalse, repeat
 from typing import Any
 
 from sqlalchemy import Connection, Engine, select, text, update
@@ -29,6 +29,7 @@ from ingest.read import hub
 from ingest.shape.prepare import TRIAL_FIELDS, TRIAL_ROW, Batch, prepare
 from ingest.shape.records import Rejected, Run, Trial
 from ingest.write import bulk, removal, settle
+from ingest.write.conversations import Conversations
 from warehouse import summaries
 from warehouse.db import models
 from warehouse.db.session import write_transaction
@@ -40,7 +41,8 @@ from warehouse.version import __version__
 
 T = {name: model.__table__ for name, model in {
     "sources": models.Source, "loads": models.Load, "runs": models.Run, "tasks": models.Task,
-    "trials": models.Trial, "episodes": models.Episode, "turns": models.Turn,
+    "trials": models.Trial, "episodes": models.Episode, "conversations": models.Conversation,
+    "conversation_turns": models.ConversationTurn,
     "messages": models.Message, "episode_loads": models.EpisodeLoad,
     "trial_loads": models.TrialLoad, "conflicts": models.Conflict,
 }.items()}
@@ -254,6 +256,7 @@ class UnitWriter:
         self._taken: dict[int, settle.Taken] = {}
         self._own_columns: set[int] = set()
         self._named: set[int] = set()  # runs whose name this (trace) unit checked
+        self.conversations = Conversations(self)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -271,6 +274,10 @@ class UnitWriter:
     def created_episodes(self) -> set[int]:
         return self._created["episodes"]
 
+    @property
+    def created_trials(self) -> set[int]:
+        return self._created["trials"]
+
     def forget_episodes(self, trial_id: int) -> None:
         """Drop the cached episodes of a trial whose episodes were rewritten."""
         for key in [k for k in self._episodes if k[0] == trial_id]:
@@ -284,6 +291,7 @@ class UnitWriter:
                       self.left_keys,
                       *self._created.values()):
             cache.clear()
+        self.conversations.clear()
 
     def flush(self, wait: bool = True) -> None:
         """Write every queued row (wait=False: see Bulk.flush)."""
@@ -658,7 +666,7 @@ class UnitWriter:
         self.counts.n_rows += len(keys)
         episodes_t = T["episodes"]
         key_cols = ["trial_id", "trace_source", "episode_index"]
-        value_cols = ["n_turns", "n_chars", "conversation_hash", "extra"]
+        value_cols = ["n_turns", "n_chars", "conversation_hash", "extra", "conversation_id"]
         unknown = list(filterfalse(self._episodes.__contains__, keys))
         found = self._lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash", "extra"], parent="trials")
         self._episodes.update({k: (ep_id, chash, _extra_key(extra)) for k, (ep_id, chash, extra) in found.items()})
@@ -673,18 +681,22 @@ class UnitWriter:
             turn_messages = list(map(message_ids.__getitem__, batch.turns.digests))
         except KeyError:  # a turn without content (None) is no key: one at a time, then
             turn_messages = [message_ids[digest] if digest is not None else None for digest in batch.turns.digests]
+        def conversation_of(row: int) -> int | None:
+            """The conversation the batch's row is a prefix of (ingest.write.conversations)."""
+            first, end = firsts[row], firsts[row] + turn_counts[row]
+            return self.conversations.place(trial_column[row], roles[first:end], turn_messages[first:end],
+                                            turn_extras[first:end])
+
         if not found and not misses and len(unknown) == len(keys) == len(set(keys)):
-            # Every row is a new episode (a first load): written column by column, and the
-            # batch's turns are theirs, in order.
+            # Every row is a new episode (a first load): written column by column, each on
+            # its conversation.
+            conversation_ids = list(map(conversation_of, range(len(keys))))
             ep_ids = self._insert_new(episodes_t, key_cols, [trial_column, sources, indexes],
-                                      [turn_counts, n_chars, hashes, extras], value_cols)
+                                      [turn_counts, n_chars, hashes, extras, conversation_ids], value_cols)
             self._episodes.update(zip(keys, zip(ep_ids, hashes, map(_extra_key, extras))))
             self.touched_trials.update(trial_column)
             self.counts.n_episodes_new += len(ep_ids)
             self.counts.n_turns += len(roles)
-            self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], [
-                list(chain.from_iterable(map(repeat, ep_ids, turn_counts))),
-                list(chain.from_iterable(map(range, turn_counts))), roles, turn_messages, turn_extras])
             self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], [
                 [self.load_id] * len(keys), row_numbers, ep_ids, [None] * len(keys)])
             return
@@ -692,13 +704,17 @@ class UnitWriter:
         places = self._place(keys, list(zip(turn_counts, n_chars, hashes, extras)), misses, new)
         inserted: set[tuple] = set()
         if new:
+            founders: dict[tuple, int] = {}  # each new episode's first row, whose turns it has
+            for row, place in enumerate(places):
+                if place in new:
+                    founders.setdefault(place, row)
             key_columns = list(zip(*new))
-            ep_ids = self._insert_new(episodes_t, key_cols, key_columns, list(zip(*new.values())), value_cols)
+            value_columns = [*zip(*new.values()), [conversation_of(founders[key]) for key in new]]
+            ep_ids = self._insert_new(episodes_t, key_cols, key_columns, value_columns, value_cols)
             for key, ep_id in zip(new, ep_ids):
                 self._episodes[key] = (ep_id, new[key][2], _extra_key(new[key][3]))
             inserted = set(new)
             self.touched_trials.update(key_columns[0])
-        turn_rows: list[tuple] = []
         provenance = []
 
         def rows_of_turns(ep_id: int, first: int, n_turns: int) -> Iterator[tuple]:
@@ -714,7 +730,6 @@ class UnitWriter:
                 inserted.discard(place)  # a second copy of the key in this unit is a duplicate
                 self.counts.n_episodes_new += 1
                 self.counts.n_turns += n_turns
-                turn_rows += rows_of_turns(ep_id, first, n_turns)
                 provenance.append((self.load_id, row_number, ep_id, None))
                 continue
             if self.from_hub and (place != key or kept_hash != chash):
@@ -738,7 +753,6 @@ class UnitWriter:
             if own_extra is not None and self.from_hub:
                 self._own_columns.add(ep_id)
             provenance.append((self.load_id, row_number, ep_id, own_extra))
-        self.bulk.insert(T["turns"], ["episode_id", "idx", "role", "message_id", "extra"], _columns(turn_rows, 5))
         self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], _columns(provenance, 4))
 
     def _place(self, keys: list[tuple], values: list[tuple], misses: set[tuple], new: dict[tuple, tuple]
