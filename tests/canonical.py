@@ -102,7 +102,7 @@ def dump(engine: Engine, *, order_independent: bool = False) -> dict[str, list[s
                           task=task_key.get(t["task_id"]),
                           instruction=message_key.get(t["instruction_id"]))
                      for t in trials]
-    out["episodes"] = [dict(_drop(e, ["id", "trial_id", "created_at"]), trial=trial_key[e["trial_id"]])
+    out["episodes"] = [dict(_drop(e, ["id", "trial_id", "created_at", "conversation_id"]), trial=trial_key[e["trial_id"]])
                        for e in episodes]
     out["turns"] = [dict(_drop(t, ["episode_id", "message_id"]), episode=episode_key[t["episode_id"]],
                          message=message_key.get(t["message_id"])) for t in turns]

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, text
 CONVERSATIONS = pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))
 STRING_COLUMNS = ("agent", "model", "model_provider", "date", "task", "episode", "run_id", "trial_name",
                   "result", "verifier_output")
-TABLES = ("runs", "tasks", "trials", "episodes", "turns", "messages", "episode_loads", "trial_loads",
+TABLES = ("runs", "tasks", "trials", "episodes", "conversations", "conversation_turns", "messages", "episode_loads", "trial_loads",
           "loads", "conflicts", "sources", "run_labels",
           "run_task_breakdown", "run_task_outcomes", "trial_lengths", "run_sources")  # the summaries
 
@@ -49,7 +49,8 @@ def write_shard(path: Path, rows: list[dict[str, Any]], extra_fields: list[pa.Fi
 
 def counts(engine: Engine) -> dict[str, int]:
     with engine.connect() as conn:
-        return {t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar() for t in TABLES}
+        # And the view `turns`: each episode's turns, as many as the table of that name held.
+        return {t: conn.execute(text(f"SELECT count(*) FROM {t}")).scalar() for t in (*TABLES, "turns")}
 
 
 def conversation_of(engine: Engine, run_key: str, trial: str, episode: int, trace_source: str = "main"):

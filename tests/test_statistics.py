@@ -17,7 +17,7 @@ from warehouse.db.statistics import _stale
 
 SUMMARY_TABLES = {"trial_lengths", "run_task_breakdown", "run_task_outcomes", "run_sources"}
 # Tables every Hub ingest writes rows to.
-WRITTEN = {"sources", "loads", "runs", "tasks", "trials", "episodes", "turns", "messages", "episode_loads",
+WRITTEN = {"sources", "loads", "runs", "tasks", "trials", "episodes", "conversations", "conversation_turns", "messages", "episode_loads",
            "trial_loads", *SUMMARY_TABLES}
 
 
