@@ -86,8 +86,9 @@ def test_db_upgrade_analyses_what_the_migrations_rebuilt(backend, empty_db_url, 
         return
     after = _pg_tables(empty_db_url)
     # 0009 rewrites trial_lengths and run_task_outcomes; every table holding rows is analysed.
+    # (conversations and conversation_turns are new since 0008: made by 0014, then analysed.)
     for name in WRITTEN:
-        assert after[name][0] is not None and after[name][0] > before[name][0], name
+        assert after[name][0] is not None and (name not in before or after[name][0] > before[name][0]), name
 
 
 @pytest.mark.parametrize(("reltuples", "relpages", "pages", "modified", "stale"), [

@@ -130,7 +130,18 @@ def _comparable(engine, rev: str) -> dict[str, list[str]]:
                                      sort_keys=True, ensure_ascii=True) for line in out["loads"])
     if rev < FINAL_OBSERVATION_KEPT_FROM:
         out["turns"] = _without_final_observations(out["turns"])
+        out["conversations"] = _without_last_observations(out["conversations"])
     return out
+
+
+def _without_last_observations(conversations: list[str]) -> list[str]:
+    """The final observation is a trajectory's last turn's: its conversation's last turn."""
+    rows = [json.loads(line) for line in conversations]
+    for row in rows:
+        extra = row["turns"][-1][3] if row["turns"] else None
+        if isinstance(extra, dict):
+            extra.pop("observation", None)
+    return sorted(json.dumps(row, sort_keys=True, ensure_ascii=True) for row in rows)
 
 
 def _run_names(engine) -> dict[str, str | None]:

@@ -185,6 +185,13 @@ def downgrade_losses(engine: Engine, revision: str) -> Losses:
         finally:
             scratch.dispose()
     losses = Losses()
+    if "turns" in after and "turns" not in before:
+        # Below 0014 an episode's turns are rows of `turns` again: the conversations move there.
+        for table, columns in _MOVED_TO_TURNS.items():
+            if columns is None:
+                before.pop(table, None)
+            else:
+                before.get(table, set()).difference_update(columns)
     with engine.connect() as conn:
         present = _layout_of(conn)
         for table, columns in before.items():
@@ -197,6 +204,11 @@ def downgrade_losses(engine: Engine, revision: str) -> Losses:
                 losses.values[f"{table}.{column}"] = conn.execute(text(
                     f"SELECT count({_quote(conn, column)}) FROM {_quote(conn, table)}")).scalar()
     return losses
+
+
+# What a downgrade below 0014 writes back into the table `turns` rather than deletes.
+_MOVED_TO_TURNS: dict[str, set[str] | None] = {"conversations": None, "conversation_turns": None,
+                                               "episodes": {"conversation_id"}}
 
 
 def _layout(engine: Engine) -> dict[str, set[str]]:
