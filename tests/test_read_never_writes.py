@@ -362,6 +362,14 @@ def probed_pg(request) -> Iterator[tuple[str, dict[str, str]]]:
                 conn.execute(f'ALTER TABLE "{table}" ENABLE ROW LEVEL SECURITY')
                 conn.execute(f'CREATE POLICY read_only ON "{table}" FOR SELECT TO {role} '
                              f'USING (public.assert_read_only())')
+            # A view reads its tables as the role reading it (security_invoker, PostgreSQL 15),
+            # so their policies hold through it too (`turns` is a view of conversation_turns).
+            invoker = int(conn.execute("SHOW server_version_num").fetchone()[0]) >= 150000
+            views = [v for (v,) in conn.execute("SELECT viewname FROM pg_views WHERE schemaname = 'public'")]
+            for view in views:
+                conn.execute(f'GRANT SELECT ON "{view}" TO {role}')
+                if invoker:
+                    conn.execute(f'ALTER VIEW "{view}" SET (security_invoker = true)')
         probe_url = make_url(url).set(username=role, password="probe").render_as_string(hide_password=False)
         facts = {}
         with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:

@@ -35,12 +35,14 @@ def upgrade() -> None:
     if bind.dialect.name != "postgresql":
         return
     roles.grant(bind)
-    # 2BP01 dependent_objects_still_exist: another database still grants it something.
+    # 2BP01 dependent_objects_still_exist: another database still grants it something. 40P01
+    # deadlock_detected: another database's upgrade is dropping it too (roles are the server's);
+    # either way it is left for a later upgrade, as a role other databases use is.
     op.execute(f"""
         DO $$
         BEGIN
             DROP ROLE IF EXISTS {OLD_ROLE};
-        EXCEPTION WHEN dependent_objects_still_exist OR insufficient_privilege THEN NULL;
+        EXCEPTION WHEN dependent_objects_still_exist OR insufficient_privilege OR deadlock_detected THEN NULL;
         END $$""")
 
 
