@@ -9,13 +9,14 @@ per-subagent dataset. The reference is the trace directory loaded first, then ea
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from sqlalchemy import text
+from sqlalchemy import func, select, text
 
 import canonical
 from conftest import _fresh_pg
@@ -23,6 +24,7 @@ from helpers import hub_row, write_shard
 from ingest.pipeline import ingest
 from order_sources import SUBAGENT, make_sources
 from warehouse.db import schema
+from warehouse.db.models import Conversation, ConversationTurn, Episode
 from warehouse.db.engine import make_engine, resolve_url
 from warehouse.export import export_hub
 from warehouse.queries import QUERIES, run_canned
@@ -62,8 +64,32 @@ def fresh(backend, tmp_path, request):
         next(maker, None)
 
 
+def _assert_conversations_stored_once(engine) -> None:
+    """Each trial's conversations are the longest of its episodes' turn lists: every one ends
+    where an episode of it ends, and none is a prefix of another (so however the trial's rows
+    were taken up and placed again, nothing is stored twice or left over)."""
+    with engine.connect() as conn:
+        turns: dict[int, list[tuple]] = {}
+        for cid, role, mid, extra in conn.execute(select(
+                ConversationTurn.conversation_id, ConversationTurn.role, ConversationTurn.message_id,
+                ConversationTurn.extra).order_by(ConversationTurn.conversation_id, ConversationTurn.idx)):
+            turns.setdefault(cid, []).append((role, mid, json.dumps(extra, sort_keys=True)))
+        longest = dict(conn.execute(select(Episode.conversation_id, func.max(Episode.n_turns))
+                                    .where(Episode.conversation_id.is_not(None)).group_by(Episode.conversation_id)).all())
+        trial_of = dict(conn.execute(select(Conversation.id, Conversation.trial_id)).all())
+    assert {cid: len(t) for cid, t in turns.items()} == {cid: longest.get(cid) for cid in turns}
+    assert set(trial_of) == set(turns)
+    by_trial: dict[int, list[list[tuple]]] = {}
+    for cid, trial in trial_of.items():
+        by_trial.setdefault(trial, []).append(turns[cid])
+    for conversations in by_trial.values():
+        for a, b in itertools.permutations(conversations, 2):
+            assert b[:len(a)] != a, "a conversation stored as a prefix of another"
+
+
 def _state(engine, sources: dict[str, Path], out: Path) -> dict[str, list[str]]:
     """The canonical state: tables without provenance, every canned answer, every export."""
+    _assert_conversations_stored_once(engine)
     dump = canonical.dump(engine, order_independent=True)
     state = {table: rows for table, rows in dump.items() if table not in PROVENANCE}
     for name, query in QUERIES.items():
