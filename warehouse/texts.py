@@ -49,8 +49,9 @@ def split_text(text: str | None) -> tuple[str | None, bytes | None]:
     return _UNSAFE.sub(REPLACEMENT, text), to_bytes(text)
 
 
-def join_text(text: str | None, raw: bytes | None) -> str | None:
-    return from_bytes(raw) if raw is not None else text
+def join_text(text: str | None, raw: bytes | memoryview | None) -> str | None:
+    """The exact text a (display-safe text, exact bytes) pair stands for (split_text's inverse)."""
+    return from_bytes(bytes(raw)) if raw is not None else text
 
 
 # Trial text columns (verifier output, exception message) hold display-safe copies; the exact

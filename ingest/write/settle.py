@@ -28,6 +28,8 @@ matters, design.md §8):
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,6 +39,7 @@ from sqlalchemy import delete, select
 from ingest.read.hub import EPISODE_RE, TRACE_SOURCE
 from ingest.write import bulk
 from warehouse.db import models
+from warehouse.texts import to_bytes
 
 if TYPE_CHECKING:
     from ingest.write.writer import UnitWriter
@@ -163,8 +166,6 @@ def take_up(w: UnitWriter, trial_id: int) -> Taken:
 
 def place(w: UnitWriter, trial_id: int, taken: Taken) -> None:
     """Write the trial's Hub rows as if they had all arrived at once (the module docstring)."""
-    from ingest.write.writer import _extra_key, _own_key
-
     T = w.tables
     episodes = T["episodes"]
     trace = {(row.trace_source, row.episode_index): (row.id, row.conversation_hash, row.extra)
@@ -220,7 +221,7 @@ def place(w: UnitWriter, trial_id: int, taken: Taken) -> None:
             at = _chain_key(chains.setdefault(key[0], []), key, content, taken.conversations, taken_keys)
             taken_keys.add(at)
             first = next(r for r in group if r.content == content)
-            extra = first.extra if at == first.key else _own_key(first.extra, (trial_id, *first.key))
+            extra = first.extra if at == first.key else own_key(first.extra, first.key)
             new_episodes.append((at, content, extra))
             placed[content] = at
         landing += [(r, placed.get(r.content, placed[order[0]])) for r in group]
@@ -243,8 +244,8 @@ def place(w: UnitWriter, trial_id: int, taken: Taken) -> None:
     provenance: list[list[Any]] = [[] for _ in range(4)]
     for r, key in landing:
         ep_id, kept, episode_extra = made[key] if key in made else trace[key]
-        extra = r.extra if key == r.key else _own_key(r.extra, (trial_id, *r.key))
-        own = None if _extra_key(extra) == _extra_key(episode_extra) else (extra or {})
+        extra = r.extra if key == r.key else own_key(r.extra, r.key)
+        own = None if extra_key(extra) == extra_key(episode_extra) else (extra or {})
         for col, value in zip(provenance, (r.load_id, r.row_number, ep_id, own)):
             col.append(value)
         if r.content != kept:
@@ -262,22 +263,22 @@ def _chain_key(chains: list[dict[int, str]], key: tuple[str, int], content: str,
     just before it is a prefix of it (the same step), else on the first with that index free,
     else on a new one. Conversation n of source s is keyed s, then s#2, s#3…"""
     source, index = key
-    names = [source if n == 0 else f"{source}#{n + 1}" for n in range(len(chains))]
-    free = [n for n in range(len(chains)) if index not in chains[n] and (names[n], index) not in taken]
+
+    def name(n: int) -> str:
+        return source if n == 0 else f"{source}#{n + 1}"
+
+    free = [n for n in range(len(chains)) if index not in chains[n] and (name(n), index) not in taken]
     extends = [n for n in free if index - 1 in chains[n]
                and _is_prefix(conversations.get(chains[n][index - 1]), conversations.get(content))]
     if extends or free:
         n = (extends or free)[0]
     else:
         n = len(chains)
-        chains.append({})
-        names.append(source if n == 0 else f"{source}#{n + 1}")
-        while (names[n], index) in taken:  # a name a trace directory's episode has
-            chains.append({})
+        while (name(n), index) in taken:  # a name a trace directory's episode has
             n += 1
-            names.append(f"{source}#{n + 1}")
+        chains.extend({} for _ in range(n + 1 - len(chains)))
     chains[n][index] = content
-    return (names[n], index)
+    return (name(n), index)
 
 
 def _is_prefix(before: Conversation | None, after: Conversation | None) -> bool:
@@ -286,10 +287,31 @@ def _is_prefix(before: Conversation | None, after: Conversation | None) -> bool:
     return all(a[:2] == b[:2] for a, b in zip(before.turns, after.turns))
 
 
+def own_key(extra: dict | None, key: tuple[str, int]) -> dict:
+    """A row's extra columns with the trace_source and episode it arrived under (`key`), where it
+    lands on an episode under another key (unless it carried their raw strings already), so that
+    an export of its source writes them back. _arrived undoes it."""
+    source, index = key
+    own = dict(extra or {})
+    own.setdefault(TRACE_SOURCE, source)
+    own.setdefault("episode", f"episode-{index}")
+    return own
+
+
+def extra_key(extra: dict | None) -> bytes | None:
+    """A fingerprint of an episode's extra columns (None for none): what the writer's episode
+    cache keeps instead of them, since they can be as large as the conversation (a ShareGPT
+    copy of it)."""
+    if not extra:
+        return None
+    text = json.dumps(extra, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.blake2b(to_bytes(text), digest_size=16).digest()
+
+
 def _arrived(extra: dict[str, Any] | None, stored_key: tuple[str, int]) -> tuple[tuple[str, int], dict | None]:
     """The key a row arrived under and its own columns as it came, from the columns it is
     stored with: a row kept on an episode under another key carries its own trace_source and
-    episode (writer._own_key), which are taken off again unless they were its raw strings (a
+    episode (own_key), which are taken off again unless they were its raw strings (a
     null or empty trace_source; an episode not written episode-N)."""
     if not extra:
         return stored_key, None

@@ -13,7 +13,6 @@ The unit's summary rows (warehouse.summaries) are refreshed in the same transact
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -36,7 +35,7 @@ from warehouse.db.session import write_transaction
 from warehouse.errors import interruption
 from warehouse.hub_columns import FIELD_COLUMNS
 from warehouse.runs import dataset_names, labels_of, set_labels, source_run_name
-from warehouse.texts import from_bytes, to_bytes
+from warehouse.texts import join_text
 from warehouse.version import __version__
 
 T = {name: model.__table__ for name, model in {
@@ -107,7 +106,7 @@ def name_source_runs(engine: Engine, source_id: int, name: str | None, *, rename
         for run_id, run_key, current in runs:
             wanted = source_run_name(name, run_key, len(runs)) if name else None
             if rename or not wanted:
-                new_name = wanted if wanted and (current is None or current != wanted) else None
+                new_name = wanted if wanted and current != wanted else None
             else:
                 # Named as if every source were loaded at once: a trace directory's job folder,
                 # else the first dataset's name (warehouse.runs.dataset_names); a name given by
@@ -233,7 +232,7 @@ class UnitWriter:
         # The fields of each trial this unit recorded a conflict for: each once, however many
         # of the trial's rows repeat it.
         self._trial_conflicts: dict[int, set[str]] = {}
-        self._episodes: dict[tuple[int, str, int], tuple[int, str, bytes | None]] = {}  # id, hash, _extra_key
+        self._episodes: dict[tuple[int, str, int], tuple[int, str, bytes | None]] = {}  # id, hash, settle.extra_key
         self._linked: set[int] = set()  # trials given a trial_loads row by this unit
         self.linked_runs: set[int] = set()  # and their runs
         self.touched_trials: set[int] = set()  # inserted, filled in or given episodes: to summarize
@@ -288,7 +287,8 @@ class UnitWriter:
         """Free what the unit's caches hold, once the unit is written (its counts stay)."""
         for cache in (self._run_ids, self._task_ids, self._message_ids, self._trial_ids, self._trial_values,
                       self._trial_conflicts, self._episodes, self._linked, self.touched_trials, self.linked_runs,
-                      self.left_keys,
+                      self.left_keys, self._first_rows, self._columns_of, self._unsettled, self._taken,
+                      self._own_columns, self._named,
                       *self._created.values()):
             cache.clear()
         self.conversations.clear()
@@ -528,7 +528,7 @@ class UnitWriter:
         fill: dict[str, Any] = {}
         # Which value is kept must not depend on which came first: a trace directory's over a
         # dataset's (richer data wins), and between two of a kind the smaller (_order_key).
-        richer = None
+        winner = None  # by kind: "incoming", "stored", or "" when both are of a kind
         for name in TRIAL_FIELDS:
             new, old = incoming[name], kept[name]
             if new is None or new == old:
@@ -538,9 +538,9 @@ class UnitWriter:
                 if name in FIELD_COLUMNS:
                     self._absent_before(trial_id, name, new)
             elif not _same_instant(old, new) and name not in self._trial_conflicts.get(trial_id, ()):
-                if richer is None:
-                    richer = self._incoming_wins(trial_id)
-                if richer is False or (richer is None and self._order_key(name, new) < self._order_key(name, old)):
+                if winner is None:
+                    winner = self._winner_by_kind(trial_id)
+                if winner == "incoming" or (winner == "" and self._order_key(name, new) < self._order_key(name, old)):
                     fill[name] = new
                     self._kept_instead(trial_id, name, new, old, self._step_value(name, old, incoming["detail"]))
                 elif self._step_value(name, new, kept["detail"]):
@@ -548,14 +548,14 @@ class UnitWriter:
                                       {name: _jsonable(new)}, None, counted=False)
                 else:
                     self._conflict("trial", trial_id, name, {name: _jsonable(old)}, {name: _jsonable(new)}, None)
-        if incoming["task_id"] is not None and (kept["task_id"] is None or richer is False):
+        if incoming["task_id"] is not None and (kept["task_id"] is None or winner == "incoming"):
             if kept["task_id"] not in (None, incoming["task_id"]):
                 self.left_keys.add((run_id, kept["task_id"]))
             fill["task_id"] = incoming["task_id"]
         if kept["status"] == "incomplete" and incoming["status"] == "complete":
             fill["status"] = "complete"
         if incoming["detail"] and incoming["detail"] != kept["detail"]:
-            first, second = (kept, incoming) if richer is False else (incoming, kept)
+            first, second = (kept, incoming) if winner == "incoming" else (incoming, kept)
             fill["detail"] = {**(first["detail"] or {}), **(second["detail"] or {})}
         self._write_trial(trial_id, kept, fill)
 
@@ -594,8 +594,8 @@ class UnitWriter:
         values = {step.get(column) for step in steps if isinstance(step, dict)} - {None}
         if name == "instruction_id" and values:
             messages = T["messages"]
-            row = self.execute(select(messages.c.content, messages.c.content_raw).where(messages.c.id == value)).one()
-            value = row.content if row.content_raw is None else from_bytes(bytes(row.content_raw))
+            value = join_text(*self.execute(select(messages.c.content, messages.c.content_raw)
+                                            .where(messages.c.id == value)).one())
         return value in values
 
     def _kept_instead(self, trial_id: int, name: str, new: Any, old: Any, agreed: bool = False) -> None:
@@ -604,8 +604,7 @@ class UnitWriter:
         export of its source gives its value back), unless it carried this unit's value.
         `agreed`: the stored value is no disagreement (_step_value), only recorded."""
         conflicts, trial_loads = T["conflicts"], T["trial_loads"]
-        self.flush()
-        recorded = {row.load_id: row for row in self.conn.execute(
+        recorded = {row.load_id: row for row in self.execute(
             select(conflicts.c.id, conflicts.c.load_id, conflicts.c.incoming).where(
                 conflicts.c.entity == "trial", conflicts.c.entity_id == trial_id, conflicts.c.field == name))}
         for load_id in self.conn.execute(select(trial_loads.c.load_id).where(
@@ -624,18 +623,18 @@ class UnitWriter:
             self.counts.n_trial_conflicts += 1
         self._trial_conflicts.setdefault(trial_id, set()).add(name)
 
-    def _incoming_wins(self, trial_id: int) -> bool | None:
-        """For a trial whose stored value and this unit's differ: False when this unit's wins
-        by its kind (a trace directory over a trial only datasets gave), True when the stored
-        one does (a dataset's row against a trial a trace directory gave), None when both are
-        of a kind (then the smaller value is kept)."""
+    def _winner_by_kind(self, trial_id: int) -> str:
+        """For a trial whose stored value and this unit's differ, which one wins by the kind of
+        its source: "incoming" (a trace directory over a trial only datasets gave), "stored" (a
+        dataset's row against a trial a trace directory gave), or "" when both are of a kind
+        (then the smaller value is kept)."""
         loads, trial_loads = T["loads"], T["trial_loads"]
         traced = self.execute(select(trial_loads.c.load_id).join(loads, loads.c.id == trial_loads.c.load_id).where(
             trial_loads.c.trial_id == trial_id, trial_loads.c.load_id != self.load_id,
             loads.c.arrow_schema.is_(None)).limit(1)).first() is not None
         if self.from_hub:
-            return True if traced else None
-        return None if traced else False
+            return "stored" if traced else ""
+        return "" if traced else "incoming"
 
     def _order_key(self, name: str, value: Any) -> str:
         """A value's place in the order that decides between two of a kind: its JSON text, or
@@ -669,7 +668,7 @@ class UnitWriter:
         value_cols = ["n_turns", "n_chars", "conversation_hash", "extra", "conversation_id"]
         unknown = list(filterfalse(self._episodes.__contains__, keys))
         found = self._lookup(episodes_t, key_cols, unknown, ["id", "conversation_hash", "extra"], parent="trials")
-        self._episodes.update({k: (ep_id, chash, _extra_key(extra)) for k, (ep_id, chash, extra) in found.items()})
+        self._episodes.update({k: (ep_id, chash, settle.extra_key(extra)) for k, (ep_id, chash, extra) in found.items()})
         # A key an earlier unit's trial lacks may still be one of its episodes: Harbor exports
         # each step of a multi-step trial, and each subagent of a per-subagent dataset, under the
         # keys of a trial's main trajectory (see _place).
@@ -693,7 +692,7 @@ class UnitWriter:
             conversation_ids = list(map(conversation_of, range(len(keys))))
             ep_ids = self._insert_new(episodes_t, key_cols, [trial_column, sources, indexes],
                                       [turn_counts, n_chars, hashes, extras, conversation_ids], value_cols)
-            self._episodes.update(zip(keys, zip(ep_ids, hashes, map(_extra_key, extras))))
+            self._episodes.update(zip(keys, zip(ep_ids, hashes, map(settle.extra_key, extras))))
             self.touched_trials.update(trial_column)
             self.counts.n_episodes_new += len(ep_ids)
             self.counts.n_turns += len(roles)
@@ -712,7 +711,7 @@ class UnitWriter:
             value_columns = [*zip(*new.values()), [conversation_of(founders[key]) for key in new]]
             ep_ids = self._insert_new(episodes_t, key_cols, key_columns, value_columns, value_cols)
             for key, ep_id in zip(new, ep_ids):
-                self._episodes[key] = (ep_id, new[key][2], _extra_key(new[key][3]))
+                self._episodes[key] = (ep_id, new[key][2], settle.extra_key(new[key][3]))
             inserted = set(new)
             self.touched_trials.update(key_columns[0])
         provenance = []
@@ -725,7 +724,7 @@ class UnitWriter:
 
         for key, place, row_number, n_turns, chash, extra, first in zip(keys, places, row_numbers, turn_counts,
                                                                         hashes, extras, firsts):
-            ep_id, kept_hash, kept_extra = self._episodes[place]  # kept_extra: its _extra_key
+            ep_id, kept_hash, kept_extra = self._episodes[place]  # kept_extra: its settle.extra_key
             if place in inserted:
                 inserted.discard(place)  # a second copy of the key in this unit is a duplicate
                 self.counts.n_episodes_new += 1
@@ -747,9 +746,9 @@ class UnitWriter:
                                   {"conversation_hash": chash, "n_turns": n_turns, "turns": conversation}, row_number,
                                   counted=not self.from_hub)
             if place != key:  # found by its conversation: its own key goes with its provenance
-                extra = _own_key(extra, key)
+                extra = settle.own_key(extra, key[1:])
             # The row's own extra columns, where they differ from the stored episode's.
-            own_extra = None if _extra_key(extra) == kept_extra else (extra or {})
+            own_extra = None if settle.extra_key(extra) == kept_extra else (extra or {})
             if own_extra is not None and self.from_hub:
                 self._own_columns.add(ep_id)
             provenance.append((self.load_id, row_number, ep_id, own_extra))
@@ -803,10 +802,10 @@ class UnitWriter:
                 found = self._lookup(T["episodes"], ["trial_id", "trace_source", "episode_index"], [candidate],
                                      ["id", "conversation_hash", "extra"], parent="trials")
                 for k, (ep_id, chash, extra) in found.items():
-                    self._episodes[k] = (ep_id, chash, _extra_key(extra))
+                    self._episodes[k] = (ep_id, chash, settle.extra_key(extra))
             held = self._episodes.get(candidate) or new.get(candidate)
             if held is None:
-                new[candidate] = (*value[:3], _own_key(value[3], key))
+                new[candidate] = (*value[:3], settle.own_key(value[3], key[1:]))
                 return candidate
             if (held[1] if candidate in self._episodes else held[2]) == value[2]:
                 return candidate
@@ -829,7 +828,7 @@ class UnitWriter:
             for ep_id, trial_id, source, index, chash, extra in rows:
                 if (trial_id, index, chash) in wanted:
                     key = (trial_id, source, index)
-                    self._episodes.setdefault(key, (ep_id, chash, _extra_key(extra)))
+                    self._episodes.setdefault(key, (ep_id, chash, settle.extra_key(extra)))
                     out.setdefault((trial_id, index, chash), set()).add(key)
         return out
 
@@ -883,26 +882,6 @@ def _job_progress(detail: dict | None) -> tuple[bool, int, bool]:
 def _columns(rows: list[tuple], width: int) -> list[Sequence[Any]]:
     """Rows of `width` values as columns."""
     return list(zip(*rows)) if rows else [()] * width
-
-
-def _own_key(extra: dict | None, key: tuple) -> dict:
-    """A row's extra columns with the trace_source and episode it arrived under, where it lands on
-    an episode under another key (unless it carried their raw strings already), so that an
-    export of its source writes them back."""
-    _, source, index = key
-    own = dict(extra or {})
-    own.setdefault("trace_source", source)
-    own.setdefault("episode", f"episode-{index}")
-    return own
-
-
-def _extra_key(extra: dict | None) -> bytes | None:
-    """A fingerprint of an episode's extra columns (None for none): what the episode cache keeps
-    instead of them, since they can be as large as the conversation (a ShareGPT copy of it)."""
-    if not extra:
-        return None
-    text = json.dumps(extra, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-    return hashlib.blake2b(to_bytes(text), digest_size=16).digest()
 
 
 def _same_instant(a: Any, b: Any) -> bool:
