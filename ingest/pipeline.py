@@ -147,11 +147,12 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
             summary.units_skipped += 1
             continue
         hub = _import_pyarrow()
+        from warehouse.arrow_json import schema_to_json
 
         with one_unit(summary, warn, shard, lambda exc: _shard_error(hub, shard, exc)):
             pf, info = hub.open_shard(shard)
             done = 0
-            with writer.unit(engine, source_id, unit_name, content_hash, hub.schema_json(info.schema)) as unit:
+            with writer.unit(engine, source_id, unit_name, content_hash, schema_to_json(info.schema)) as unit:
                 for batch in batches or reader.run(_prepared_batches, shard, source.name, run):
                     if batch.rejected and not keep_going:
                         first = batch.rejected[0]

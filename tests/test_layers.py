@@ -3,8 +3,7 @@ reader → records → writer). Read from the source, top-level and function-lev
 
 - `ingest.process` (how the work runs) imports nothing else of the project;
 - `ingest.shape` (records, prepared batches) nothing of the readers, the writer or the plumbing;
-- `ingest.read` never the writer; `ingest.write` of the readers only what a Hub row's names are
-  (`ingest.read.hub`: a shard's columns, an episode's name);
+- `ingest.read` never the writer, and `ingest.write` none of the readers;
 - `tools` (the synthetic data generator) nothing of the warehouse or the ingest;
 - `warehouse/__init__.py` imports nothing of the ingest, and the ingest takes from the
   `warehouse` package only its modules (the version from `warehouse.version`), never a name
@@ -25,7 +24,7 @@ MAY_IMPORT = {
     "ingest.process": (),
     "ingest.shape": ("warehouse",),
     "ingest.read": ("ingest.shape", "ingest.process", "warehouse"),
-    "ingest.write": ("ingest.shape", "ingest.process", "ingest.read.hub", "warehouse"),
+    "ingest.write": ("ingest.shape", "ingest.process", "warehouse"),
     "tools": (),
 }
 

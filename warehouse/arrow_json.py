@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import math
 import re
 from collections.abc import Callable
@@ -408,3 +409,17 @@ def _is_temporal(type: pa.DataType) -> bool:
 def _is_binary(type: pa.DataType) -> bool:
     return (pa.types.is_binary(type) or pa.types.is_large_binary(type) or pa.types.is_fixed_size_binary(type)
             or pa.types.is_binary_view(type))
+
+
+# -- the shard's schema, as the ledger keeps it (loads.arrow_schema) -------------------------
+
+
+def schema_to_json(schema: pa.Schema) -> str:
+    """A shard's Arrow schema as the ledger keeps it: base64 of its IPC form, in JSON."""
+    return json.dumps({"arrow_ipc_b64": base64.b64encode(schema.serialize().to_pybytes()).decode()})
+
+
+def schema_from_json(text: str) -> pa.Schema:
+    """The schema schema_to_json kept."""
+    data = base64.b64decode(json.loads(text)["arrow_ipc_b64"])
+    return pa.ipc.read_schema(pa.py_buffer(data))

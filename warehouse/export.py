@@ -20,7 +20,6 @@ in row groups of at most ROW_GROUP_ROWS rows or ROW_GROUP_BYTES of text.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import itertools
 import json
@@ -39,7 +38,7 @@ import pyarrow.parquet as pq
 from sqlalchemy import Connection, Engine, Integer, and_, exists, func, or_, select, text
 from sqlalchemy.orm import aliased
 
-from warehouse.arrow_json import from_json
+from warehouse.arrow_json import from_json, schema_from_json
 from warehouse.db import models
 from warehouse.errors import WarehouseError, first_line
 from warehouse.filters import Filters
@@ -271,7 +270,7 @@ def _plan_sources(conn: Connection, sel: _Selection, columns: Columns) -> list[_
         SOURCES, SOURCES.c.id == LOADS.c.source_id).where(
         LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_not(None)).order_by(*_unit_order(LOADS, SOURCES))
     for load in conn.execute(hub_loads):
-        outputs.append(_Output(schema=_load_schema(load.arrow_schema), file_name=Path(load.unit).name,
+        outputs.append(_Output(schema=schema_from_json(load.arrow_schema), file_name=Path(load.unit).name,
                                where=[EPISODE_LOADS.c.load_id == load.id, *sel.row_filter],
                                keep_empty=not sel.narrowed))
     traces = [LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_(None), _FINISHED, *sel.row_filter]
@@ -285,7 +284,7 @@ def _plan_runs(conn: Connection, sel: _Selection, columns: Columns) -> _Output:
     loads = select(EPISODE_LOADS.c.load_id).select_from(_PROVENANCE).where(*where)
     texts = conn.execute(select(LOADS.c.arrow_schema).join(SOURCES, SOURCES.c.id == LOADS.c.source_id).where(
         LOADS.c.id.in_(loads), LOADS.c.arrow_schema.is_not(None)).order_by(*_unit_order(LOADS, SOURCES))).scalars()
-    schemas = [_load_schema(text) for text in dict.fromkeys(texts)]
+    schemas = [schema_from_json(text) for text in dict.fromkeys(texts)]
     traces = [*where, LOADS.c.arrow_schema.is_(None)]
     if not schemas or _any_row(conn, traces):
         schemas.append(_harbor_schema(conn, traces, columns))
@@ -342,12 +341,6 @@ def _tool_definitions_type(conn: Connection, where: list) -> pa.DataType | None:
         return pa.array(values).type
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise WarehouseError(f"the trajectories' tool_definitions do not fit one Arrow type ({first_line(exc)})") from None
-
-
-def _load_schema(text: str) -> pa.Schema:
-    """A shard's schema as `ingest.read.hub.schema_json` stored it."""
-    data = base64.b64decode(json.loads(text)["arrow_ipc_b64"])
-    return pa.ipc.read_schema(pa.py_buffer(data))
 
 
 _PROVENANCE = (

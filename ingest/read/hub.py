@@ -5,9 +5,6 @@ nothing about the database."""
 
 from __future__ import annotations
 
-import base64
-import json
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,7 +18,7 @@ import pyarrow.parquet as pq
 
 from ingest.process.prefetch import prefetch
 from ingest.shape.prepare import Batch, Messages, Turns, prepare, roles_and_digests_hash, trial_row
-from ingest.shape.records import Episode, Rejected, Trial, Turn
+from ingest.shape.records import EPISODE_RE, TRACE_SOURCE, Episode, Rejected, Trial, Turn
 from warehouse.arrow_json import to_json, unsupported
 from warehouse.errors import first_line
 
@@ -37,9 +34,7 @@ STRING_COLUMNS = ("trial_name", "episode", *TRIAL_COLUMNS)
 # under the same trial_name. Within a shard, a row that differs from its trial's first row keeps
 # its own value with its episode (no conflict: one export does not disagree with itself).
 ROW_VALUE_COLUMNS = ("agent", "model", "model_provider", "date", "task", "result", "verifier_output", "instruction")
-EPISODE_RE = re.compile(r"episode-(\d+)\Z")
 EPISODE_MAX = 2**31 - 1  # episodes.episode_index is a 32-bit integer on PostgreSQL
-TRACE_SOURCE = "trace_source"
 # Rows per batch: at most BATCH_ROWS, and fewer when rows are wide, so that a batch holds about
 # BATCH_BYTES of data. Small batches let the writer start soon after the reader does; each batch
 # costs both processes a fixed share of work, which 128 rows (1 MiB) made measurable.
@@ -408,14 +403,3 @@ def parse_timestamp(raw: str | None) -> datetime | None:
 
 def _is_string(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
-
-
-def schema_columns(schema_json_text: str) -> frozenset[str]:
-    """The column names of a shard's schema as the ledger keeps it (schema_json)."""
-    data = base64.b64decode(json.loads(schema_json_text)["arrow_ipc_b64"])
-    return frozenset(pa.ipc.read_schema(pa.py_buffer(data)).names)
-
-
-def schema_json(schema: pa.Schema) -> str:
-    """The shard's schema, serialized for the ledger (base64 of Arrow IPC)."""
-    return json.dumps({"arrow_ipc_b64": base64.b64encode(schema.serialize().to_pybytes()).decode()})

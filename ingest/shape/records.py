@@ -7,9 +7,16 @@ database and the writer never parses a file.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+
+# How a Hub row names its episode (`episode-N`) and the column of its trace source: what the Hub
+# reader parses, and what the writer keeps with a row that lands under another key.
+EPISODE_RE = re.compile(r"episode-(\d+)\Z")
+TRACE_SOURCE = "trace_source"
 
 
 @dataclass

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, select
 
-from ingest.read.hub import EPISODE_RE, TRACE_SOURCE
+from ingest.shape.records import EPISODE_RE, TRACE_SOURCE
 from ingest.write import bulk
 from warehouse.db import models
 from warehouse.texts import to_bytes
