@@ -327,10 +327,11 @@ def _harbor_schema(conn: Connection, where: list, columns: Columns) -> pa.Schema
 def _tool_definitions_type(conn: Connection, where: list) -> pa.DataType | None:
     """The type `datasets` gives Harbor's tool_definitions column (a list of OpenAI function
     schemas, as structs): Arrow's inference over the rows' distinct values. None when the first
-    main row (in load and row order) has none: its keys are the dataset's columns."""
+    main row (in unit and row order, _provenance_query's) has none: its keys are the dataset's
+    columns."""
     tools = EPISODES.c.extra["tool_definitions"]
     first = conn.execute(select(tools).select_from(_PROVENANCE).where(*where, _MAIN_TRAJECTORY)
-                         .order_by(EPISODE_LOADS.c.load_id, EPISODE_LOADS.c.row_number).limit(1)).scalar()
+                         .order_by(*_unit_order(LOADS, SOURCES), EPISODE_LOADS.c.row_number).limit(1)).scalar()
     if not first:
         return None
     stmt = select(tools).distinct().select_from(_PROVENANCE).where(*where)
@@ -435,9 +436,9 @@ class _RowBuilder:
         self.rows_by_run: Counter[int] = Counter()
 
     def rows(self, output: _Output) -> Iterator[tuple[dict[str, Any], int]]:
-        """(row, text size) for each row of the output, in order: load and row order, except
+        """(row, text size) for each row of the output, in order: unit and row order, except
         that, in Harbor's order, trace-directory rows of subagents come after all the others,
-        kind by kind (each kind in the order it first appears, its rows in load and row order:
+        kind by kind (each kind in the order it first appears, its rows in unit and row order:
         one more pass over the provenance per kind)."""
         kinds: dict[str, None] = {}
         for chunk in self._provenance(output):
