@@ -22,12 +22,13 @@ the task of a removed trial.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Connection, delete, exists, select
 
+from ingest.write import bulk
 from warehouse.db import models
 
 _TRIALS, _RUNS, _TASKS = models.Trial.__table__, models.Run.__table__, models.Task.__table__
@@ -173,7 +174,5 @@ def _delete(conn: Connection, table, column, ids: list[int], *where) -> None:
         conn.execute(delete(table).where(column.in_(chunk), *where))
 
 
-def _chunks(ids: Iterable[int]) -> Iterator[list[int]]:
-    ids = list(ids)
-    for start in range(0, len(ids), _CHUNK):
-        yield ids[start:start + _CHUNK]
+def _chunks(ids: Iterable[int]) -> Iterator[Sequence[int]]:
+    return bulk.chunks(list(ids), _CHUNK)
