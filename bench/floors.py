@@ -28,7 +28,8 @@ class NormalizedRows:
     tasks: list[tuple] = field(default_factory=list)
     trials: list[tuple] = field(default_factory=list)
     episodes: list[tuple] = field(default_factory=list)
-    turns: list[tuple] = field(default_factory=list)
+    conversations: list[tuple] = field(default_factory=list)
+    conversation_turns: list[tuple] = field(default_factory=list)
     messages: list[tuple] = field(default_factory=list)
 
     COLUMNS = {
@@ -37,14 +38,16 @@ class NormalizedRows:
         "trials": ("id", "run_id", "task_id", "trial_name", "status", "agent", "model", "model_provider",
                    "result", "reward", "exception_type", "started_at", "date_raw", "verifier_output",
                    "instruction_id", "source_run_id"),
-        "episodes": ("id", "trial_id", "trace_source", "episode_index", "n_turns", "n_chars", "conversation_hash"),
-        "turns": ("episode_id", "idx", "role", "message_id"),
+        "episodes": ("id", "trial_id", "trace_source", "episode_index", "n_turns", "n_chars", "conversation_hash",
+                     "conversation_id"),
+        "conversations": ("id", "trial_id"),
+        "conversation_turns": ("conversation_id", "idx", "role", "message_id"),
         "messages": ("id", "content_hash", "content", "content_raw", "n_chars"),
     }
 
     def tables(self):
         # Parents first, as foreign keys require.
-        for name in ("runs", "tasks", "messages", "trials", "episodes", "turns"):
+        for name in ("runs", "tasks", "messages", "trials", "conversations", "episodes", "conversation_turns"):
             yield name, self.COLUMNS[name], getattr(self, name)
 
 
@@ -52,6 +55,7 @@ def normalize(shards: list[Path], dataset_name: str) -> NormalizedRows:
     """The rows the warehouse stores for these shards, built the simplest way."""
     out = NormalizedRows()
     ids: dict[str, dict] = {"runs": {}, "tasks": {}, "messages": {}, "trials": {}, "episodes": {}}
+    conversations: dict[int, list[tuple[int, list]]] = {}  # per trial: (id, turns) of each stored one
 
     def id_of(kind: str, key, make) -> int:
         table = ids[kind]
@@ -81,13 +85,32 @@ def normalize(shards: list[Path], dataset_name: str) -> NormalizedRows:
                     if key in ids["episodes"]:
                         continue
                     n_chars = sum(len(x.content) for x in ep.turns if x.content is not None)
-                    episode_id = id_of("episodes", key, lambda i: (
+                    turns = [(turn.role, message(turn.content) if turn.content is not None else None)
+                             for turn in ep.turns]
+                    conversation_id = _conversation(out, conversations.setdefault(trial_id, []), trial_id, turns)
+                    id_of("episodes", key, lambda i: (
                         i, trial_id, ep.trace_source, ep.episode_index, len(ep.turns), n_chars,
-                        conversation_hash(ep)))
-                    for idx, turn in enumerate(ep.turns):
-                        out.turns.append((episode_id, idx, turn.role,
-                                          message(turn.content) if turn.content is not None else None))
+                        conversation_hash(ep), conversation_id))
     return out
+
+
+def _conversation(out: NormalizedRows, stored: list[tuple[int, list]], trial_id: int, turns: list) -> int | None:
+    """The conversation of the trial an episode of these turns is a prefix of, stored or extended
+    as the warehouse does (ingest.write.conversations), the simplest way."""
+    if not turns:
+        return None
+    for conversation_id, held in stored:
+        if held[:len(turns)] == turns:
+            return conversation_id
+        if turns[:len(held)] == held:
+            out.conversation_turns += [(conversation_id, idx, *turns[idx]) for idx in range(len(held), len(turns))]
+            held += turns[len(held):]
+            return conversation_id
+    conversation_id = len(out.conversations) + 1
+    out.conversations.append((conversation_id, trial_id))
+    out.conversation_turns += [(conversation_id, idx, *turn) for idx, turn in enumerate(turns)]
+    stored.append((conversation_id, list(turns)))
+    return conversation_id
 
 
 def _stored_timestamp(value):

@@ -626,7 +626,7 @@ Datasets (from `tools.generate`, fixed seeds):
   work, such as a last WAL checkpoint, can happen after the clock stops); the reader process it
   forks is inside the clock.
 - *sqlite3 floor / COPY floor*: the same normalized rows (runs, tasks, messages, trials,
-  episodes, turns) inserted with plain `executemany` / `COPY` into a database made by the
+  conversations, episodes, conversation turns: each conversation stored once) inserted with plain `executemany` / `COPY` into a database made by the
   warehouse's migrations (same schema, indexes and SQLite page size), in one transaction;
   rows built before the clock starts; no dedup lookups, ledger, provenance, summaries or
   conflict checks.
