@@ -28,6 +28,7 @@ class Summary:
     trial_conflicts: int = 0  # conflicting trials: each once per unit, whatever its fields
     rows_rejected: int = 0
     turns: int = 0
+    turns_stored: int = 0
     bytes_read: int = 0
     seconds: float = 0.0
     statistics_seconds: float = 0.0  # of `seconds`: the planner statistics refreshed at the end
@@ -46,6 +47,7 @@ class Summary:
         self.trial_conflicts += counts.n_trial_conflicts
         self.rows_rejected += counts.n_rejected
         self.turns += counts.n_turns
+        self.turns_stored += counts.n_turns_stored
         self.notes += counts.conflicts
         self.notes += [f"{r.where}: rejected: {r.reason}" for r in counts.rejected]
 
@@ -57,7 +59,7 @@ class Summary:
             f"{self.conflicts} conflicting episodes, {self.trial_conflicts} conflicting trials; "
             f"rows rejected: {self.rows_rejected}",
             f"trials: {self.trials} in loaded units ({self.trials_incomplete} incomplete); "
-            f"turns written: {self.turns}; {self.seconds:.1f}s",
+            f"turns: {self.turns} in new episodes, {self.turns_stored} stored; {self.seconds:.1f}s",
         ]
         if self.trials_removed:
             out.append("trials: 1 removed (an unfinished trial the job deleted)" if self.trials_removed == 1 else

@@ -421,6 +421,20 @@ def _check_deep_metrics(depth: int) -> Callable:
     return check
 
 
+def _check_stored_once(n_episodes: int, n_turns: int) -> Callable:
+    """The trial's episodes all prefixes of one conversation of n_turns turns."""
+    def check(engine, src: Path, case_id: str) -> None:
+        with engine.connect() as conn:
+            found = conn.execute(text("""
+                SELECT count(*), count(DISTINCT e.conversation_id), max(e.n_turns),
+                       (SELECT count(*) FROM conversation_turns ct JOIN conversations c ON c.id = ct.conversation_id
+                        WHERE c.trial_id = t.id)
+                FROM episodes e JOIN trials t ON t.id = e.trial_id WHERE t.trial_name = :t GROUP BY t.id"""),
+                                 {"t": f"bad__{case_id}"}).one()
+        assert tuple(found) == (n_episodes, 1, n_turns, n_turns)
+    return check
+
+
 def _check_deep_config(depth: int) -> Callable:
     def check(engine, src: Path, case_id: str) -> None:
         assert _trial(engine, f"bad__{case_id}")["detail"]["config"]["deep"] == _nested(depth - 1)
@@ -666,9 +680,11 @@ TRACE_CASES = [
          ("bytes, more than the 12,582,912", "WAREHOUSE_MAX_FILE_BYTES"), file="agent/trajectory.json"),
     Case("trajectory-200k-steps", "traces", "unit", _mutate("agent/trajectory.json", _steps(200_000, "{}")),
          ("200,004 steps, more than the 100,000", "WAREHOUSE_MAX_STEPS"), file="agent/trajectory.json"),
-    Case("trajectory-1500-observed-steps", "traces", "unit",
-         _mutate("agent/trajectory.json", _steps(1500, OBSERVED_STEP)),
-         ("more than 2,000,000 turn rows", "WAREHOUSE_MAX_TURN_ROWS"), file="agent/trajectory.json"),
+    # Its 1,502 episodes (the base trial's 2 agent steps and 1,500 more) are prefixes of one
+    # conversation of 3,005 turns (2 + 2 × 1,500 + 3), not the 2.3 M rows
+    # every episode's own turns made (refused by WAREHOUSE_MAX_TURN_ROWS when they did).
+    Case("trajectory-1500-observed-steps", "traces", "valid",
+         _mutate("agent/trajectory.json", _steps(1500, OBSERVED_STEP)), check=_check_stored_once(1502, 3005)),
     Case("trial-files-over-12mib", "traces", "unit", _two_files(7 << 20),
          ("take the files of its trial past the 12,582,912", "WAREHOUSE_MAX_TRIAL_BYTES"),
          file="agent/trajectory.helper.json"),

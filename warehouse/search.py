@@ -83,7 +83,7 @@ def search(url: URL | str, text: str, *, run: str | None = None, task: str | Non
            role: str | None = None, limit: int = 50, timeout: float = DEFAULT_TIMEOUT) -> SearchResult:
     """Turns whose text contains `text`, and trials whose verifier output does: one row per
     distinct turn (a turn repeated by later episodes of the same trial, as exports of every
-    episode do, is reported once, at the first episode holding it), with a snippet."""
+    episode do, is reported once, at the shortest episode holding it), with a snippet."""
     if isinstance(url, str):
         url = resolve_url(url)
     if not text:
@@ -139,17 +139,26 @@ def _hits_sql(backend: str, use_fts: bool, run: str | None, task: str | None, ro
                         f"WHERE {FTS_TABLE} MATCH :phrase) AND {exact} "
                         f"UNION ALL SELECT m.id FROM messages m WHERE m.id > :indexed_through AND {exact}")
         role_filter = " AND t.role = :role" if role is not None else ""
+        # A hit turn is a turn of a conversation; it is reported at the shortest episode that
+        # holds it (the first of a trajectory's to reach it), found by the index on episodes'
+        # (conversation_id, n_turns) in one step, not by reading every episode of the
+        # conversation. The same turn in several conversations of a trial is reported once.
         branches.append(f"""
             SELECT r.run_key AS run_key, tr.trial_name AS trial_name, e.trace_source AS trace_source,
-                   min(e.episode_index) AS episode, t.idx AS turn, t.role AS role,
-                   0 AS kind, t.message_id AS ref
-            FROM turns t
-            JOIN episodes e ON e.id = t.episode_id
+                   min(e.episode_index) AS episode, h.idx AS turn, h.role AS role,
+                   0 AS kind, h.message_id AS ref
+            FROM (SELECT t.idx, t.role, t.message_id,
+                         (SELECT s.id FROM episodes s
+                          WHERE s.conversation_id = t.conversation_id AND s.n_turns > t.idx
+                          ORDER BY s.n_turns, s.episode_index LIMIT 1) AS episode_id
+                  FROM conversation_turns t
+                  WHERE t.message_id IN ({messages}){role_filter}) h
+            JOIN episodes e ON e.id = h.episode_id
             JOIN trials tr ON tr.id = e.trial_id
             JOIN runs r ON r.id = tr.run_id
             LEFT JOIN tasks tk ON tk.id = tr.task_id
-            WHERE t.message_id IN ({messages}){filters}{role_filter}
-            GROUP BY r.run_key, tr.trial_name, e.trace_source, t.idx, t.role, t.message_id""")
+            WHERE 1 = 1{filters}
+            GROUP BY r.run_key, tr.trial_name, e.trace_source, h.idx, h.role, h.message_id""")
     if role is None or role == VERIFIER:
         branches.append(f"""
             SELECT r.run_key AS run_key, tr.trial_name AS trial_name, NULL AS trace_source,

@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.shape.records import Episode, Turn
+from ingest.shape.records import Episode, Prefix, Turn
 
 # Per-step token data that would make every turn as large as the rollout; the Hub rows never
 # carry it either (it only appears in the separate literal-token columns).
@@ -289,13 +289,12 @@ class RenderContext:
                                          f"may have (WAREHOUSE_MAX_STEPS)")
 
     def spend(self, file: TrajectoryFile, n_turns: int) -> None:
-        """Before an episode of n_turns is made: every episode holds the conversation up to its
-        step, so the rows grow with the square of the steps, and are counted as they come."""
+        """Before n_turns more turns are made (an episode's turns past the one before it in the
+        same file, which it shares): what the trial stores, counted as it comes."""
         self.turn_rows += n_turns
         if self.max_turn_rows is not None and self.turn_rows > self.max_turn_rows:
-            raise TooLarge(file.relpath, f"the trial's episodes would hold more than {self.max_turn_rows:,} turn "
-                                         f"rows (WAREHOUSE_MAX_TURN_ROWS; each episode holds the conversation up "
-                                         f"to its step, so n steps make about n² rows)")
+            raise TooLarge(file.relpath, f"the trial's conversations would hold more than {self.max_turn_rows:,} "
+                                         f"turn rows (WAREHOUSE_MAX_TURN_ROWS)")
 
 
 def _episode_extra(file: TrajectoryFile, ctx: RenderContext, *, subagent: bool) -> dict[str, Any]:
@@ -320,8 +319,8 @@ def render_main_episodes(
 ) -> list[Episode]:
     """Episodes of a main trajectory and its continuation chain, in order (`--episodes all`).
 
-    Turn objects are shared between the episodes that contain them (every episode is a prefix of
-    the next within one file): treat them as read-only.
+    The episodes of one file are Prefixes of one list of turns (each is a prefix of the next), so
+    they take memory in proportion to the file's steps: treat the turns as read-only.
     """
     episodes: list[Episode] = []
     offset = 0
@@ -330,7 +329,8 @@ def render_main_episodes(
         steps = _steps(file.data)
         ctx.check_steps(file, steps)
         step_turns = _build_step_turns(steps, tool_definitions(file.data), ctx.embed_tools)
-        prefix: list[Turn] = []
+        prefix: list[Turn] = []  # only grows: the file's episodes are prefixes of it
+        spent = 0  # its turns counted against the trial's bound
         count = 0
         multimodal = False
         last_end = -1  # index of the step that ends the file's last episode
@@ -342,11 +342,12 @@ def render_main_episodes(
                 extra = _episode_extra(file, ctx, subagent=False)
                 if multimodal:
                     extra["multimodal"] = True
-                ctx.spend(file, len(prefix))
+                ctx.spend(file, len(prefix) - spent)
+                spent = len(prefix)
                 episodes.append(
                     Episode(
                         episode_index=offset + count,
-                        turns=list(prefix),
+                        turns=Prefix(prefix, len(prefix)),
                         trace_source=trace_source,
                         extra=extra,
                     )

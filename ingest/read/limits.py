@@ -43,8 +43,9 @@ RESULT_FILE_FACTOR = 64
 # Steps of one trajectory (a file, or one embedded in it): each becomes a turn or two, built
 # before the episodes are.
 STEPS = Limit("WAREHOUSE_MAX_STEPS", 100_000)
-# Turn rows of one trial: every episode holds the conversation up to its step, so a trajectory
-# of n agent steps makes about n² rows (1,000 steps with observations: 1,001,000).
+# Turns one trial's conversations store: a trajectory's episodes share its turns, so n agent
+# steps with observations store 2n + 2 (1,000: 2,002). The byte bounds keep a trial far below
+# the default; a lower setting refuses one sooner.
 TURN_ROWS = Limit("WAREHOUSE_MAX_TURN_ROWS", 2_000_000)
 
 ALL = (FILE_BYTES, TRIAL_BYTES, STEPS, TURN_ROWS)

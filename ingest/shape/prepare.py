@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ingest.shape.records import Episode, Rejected, Trial
+from ingest.shape.records import Episode, Prefix, Rejected, Trial, Turn
 from warehouse.texts import RAW_TEXT, is_safe, safe_columns, split_text, to_bytes
 
 # Trial columns that a second source may fill in when the first left them empty, and that
@@ -129,17 +130,45 @@ def prepare(trials: list[Trial], rejected: list[Rejected] | None = None, n_bytes
     out_trials = []
     episodes = []
     turns = Turns()
+    runs: dict[int, _Run] = {}  # the runs of shared turns (Prefix.turns) taken so far, by id
     for position, t in enumerate(trials):
         out_trials.append(trial_row(t, digest(t.instruction)))
         for ep in t.episodes:
-            digests = [digest(turn.content) for turn in ep.turns]
-            n_chars = sum(len(turn.content) for turn in ep.turns if turn.content is not None)
+            run = runs.get(id(ep.turns.turns)) if isinstance(ep.turns, Prefix) else None
+            if run is None or len(ep.turns) < run.taken:
+                run = _Run(ep.turns.turns if isinstance(ep.turns, Prefix) else ep.turns, len(turns.roles))
+                if isinstance(ep.turns, Prefix):
+                    runs[id(ep.turns.turns)] = run
+            n_chars, chash = run.take(len(ep.turns), turns, digest)
             episodes.append((position, ep.trace_source, ep.episode_index, ep.row_number, len(ep.turns), n_chars,
-                             conversation_hash(ep, digests), ep.extra, len(turns.roles)))
-            turns.roles += [turn.role for turn in ep.turns]
-            turns.digests += digests
-            turns.extras += [turn.extra for turn in ep.turns]
+                             chash, ep.extra, run.first))
     return Batch(out_trials, messages.rows, episodes, turns, list(rejected or ()), n_bytes)
+
+
+class _Run:
+    """Turns that one or more episodes hold the prefixes of, taken into a batch's Turns once,
+    from `first` on, as far as its longest episode reaches; the characters and the
+    conversation_hash of each prefix are kept up as they are taken, so that n episodes sharing
+    one trajectory's turns cost n, not n²."""
+
+    def __init__(self, source: Sequence[Turn], first: int):
+        self.source = source  # kept, so that its id is not another list's while the batch is made
+        self.first = first
+        self.taken = 0
+        self.n_chars = 0
+        self.hash = hashlib.sha256()  # roles_and_digests_hash of the turns taken
+
+    def take(self, n: int, turns: Turns, digest: Callable[[str | None], bytes | None]) -> tuple[int, str]:
+        """(n_chars, conversation_hash) of the first n turns, taking those not yet taken."""
+        for turn in self.source[self.taken:n]:
+            d = digest(turn.content)
+            turns.roles.append(turn.role)
+            turns.digests.append(d)
+            turns.extras.append(turn.extra)
+            self.hash.update(b"".join((_role_bytes(turn.role), b"\x00", d or b"-")))
+            self.n_chars += 0 if turn.content is None else len(turn.content)
+        self.taken = max(self.taken, n)
+        return self.n_chars, self.hash.copy().hexdigest()
 
 
 def trial_row(t: Trial, instruction: bytes | None) -> tuple:

@@ -8,9 +8,10 @@ database and the writer never parses a file.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 
 
 # How a Hub row names its episode (`episode-N`) and the column of its trace source: what the Hub
@@ -30,12 +31,50 @@ class Turn:
     extra: dict[str, Any] | None = None
 
 
+class Prefix(Sequence):
+    """The first `n` turns of a list that only grows: how a trajectory's episodes hold their
+    conversation without each copying it. Episode k of a trajectory of n steps holds the turns
+    up to step k; as lists they would be n²/2 references, as prefixes of the one list n.
+    Shaping (ingest.shape.prepare) sees that episodes share their turns and takes each turn once.
+    Equal to any sequence of the same turns."""
+
+    __slots__ = ("turns", "n")
+
+    def __init__(self, turns: list[Turn], n: int):
+        self.turns = turns
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, i: int) -> Turn: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Turn]: ...
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.turns[: self.n][i]
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        return self.turns[i % self.n]
+
+    def __iter__(self) -> Iterator[Turn]:
+        return iter(self.turns[: self.n])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and len(other) == self.n and all(map(
+            lambda a, b: a == b, self, other))
+
+    def __repr__(self) -> str:
+        return f"Prefix({self.n} of {len(self.turns)} turns)"
+
+
 @dataclass
 class Episode:
     """One exported episode: a conversation prefix of a trial, as Harbor's exporter makes it."""
 
     episode_index: int
-    turns: list[Turn]
+    turns: Sequence[Turn]  # a list, or a Prefix of a list other episodes share
     trace_source: str = "main"
     # Position of the row inside its unit (a shard's row number; for a trace directory the
     # index of the episode in reading order), recorded as provenance.

@@ -73,29 +73,36 @@ class Conversations:
               extras: Sequence[Any]) -> int | None:
         """The id of the conversation an episode of the trial with these turns is a prefix of,
         storing or extending one as needed; None for an episode of no turns."""
+        return self.place_prefixes(trial_id, roles, message_ids, extras, [len(roles)])[0]
+
+    def place_prefixes(self, trial_id: int, roles: Sequence[str], message_ids: Sequence[int | None],
+                       extras: Sequence[Any], lengths: Sequence[int]) -> list[int | None]:
+        """place() for the episodes whose turns are the first `lengths` of these (a trajectory's
+        episodes): the turns are placed whole, once, and each prefix is then found among the
+        trial's conversations, so that a trajectory of n steps costs n, not n²."""
         if not roles:
-            return None
+            return [None] * len(lengths)
         trial = self._trial(trial_id)
         hashes = prefix_hashes(list(map(turn_key, roles, message_ids, extras)))
         n = len(hashes)
-        found = trial.prefixes.get((n, hashes[-1]))
-        if found is not None:
-            return found.id
-        start = 0
-        for conv in trial.conversations:
-            if len(conv.hashes) < n and hashes[len(conv.hashes) - 1] == conv.hashes[-1]:
-                found, start = conv, len(conv.hashes)
-                break
-        if found is None:
-            found = _Conversation(self.w.bulk.allocate_ids(self.w.tables["conversations"], 1)[0], [])
-            trial.conversations.append(found)
-            self.w.bulk.insert(self.w.tables["conversations"], ["id", "trial_id"], [[found.id], [trial_id]])
-        found.hashes += hashes[start:]
-        trial.add(found, start)
-        self.w.bulk.insert(self.w.tables["conversation_turns"], ["conversation_id", "idx", "role", "message_id", "extra"],
-                           [[found.id] * (n - start), range(start, n), roles[start:], message_ids[start:],
-                            extras[start:]])
-        return found.id
+        if (n, hashes[-1]) not in trial.prefixes:
+            start, found = 0, None
+            for conv in trial.conversations:
+                if len(conv.hashes) < n and hashes[len(conv.hashes) - 1] == conv.hashes[-1]:
+                    found, start = conv, len(conv.hashes)
+                    break
+            if found is None:
+                found = _Conversation(self.w.bulk.allocate_ids(self.w.tables["conversations"], 1)[0], [])
+                trial.conversations.append(found)
+                self.w.bulk.insert(self.w.tables["conversations"], ["id", "trial_id"], [[found.id], [trial_id]])
+            found.hashes += hashes[start:]
+            trial.add(found, start)
+            self.w.counts.n_turns_stored += n - start
+            self.w.bulk.insert(self.w.tables["conversation_turns"],
+                               ["conversation_id", "idx", "role", "message_id", "extra"],
+                               [[found.id] * (n - start), range(start, n), roles[start:], message_ids[start:],
+                                extras[start:]])
+        return [trial.prefixes[(k, hashes[k - 1])].id if k else None for k in lengths]
 
     def _trial(self, trial_id: int) -> _Trial:
         trial = self._trials.get(trial_id)

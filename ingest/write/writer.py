@@ -14,7 +14,7 @@ The unit's summary rows (warehouse.summaries) are refreshed in the same transact
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -68,7 +68,8 @@ class UnitCounts:
     n_trial_conflicts: int = 0  # trials with a field that differs from the stored trial's
     n_conflict_rows: int = 0  # rows written to `conflicts`: the episodes', and one per trial field
     n_rejected: int = 0
-    n_turns: int = 0
+    n_turns: int = 0  # turns of the episodes the unit added (the rows of the view `turns`)
+    n_turns_stored: int = 0  # conversation turns it wrote: each turn of a trajectory once
     n_bytes: int = 0
     conflicts: list[str] = field(default_factory=list)
     rejected: list[Rejected] = field(default_factory=list)
@@ -679,22 +680,32 @@ class UnitWriter:
             turn_messages = list(map(message_ids.__getitem__, batch.turns.digests))
         except KeyError:  # a turn without content (None) is no key: one at a time, then
             turn_messages = [message_ids[digest] if digest is not None else None for digest in batch.turns.digests]
-        def conversation_of(row: int) -> int | None:
-            """The conversation the batch's row is a prefix of (ingest.write.conversations)."""
-            first, end = firsts[row], firsts[row] + turn_counts[row]
-            return self.conversations.place(trial_column[row], roles[first:end], turn_messages[first:end],
-                                            turn_extras[first:end])
+        def conversations_of(rows: Iterable[int]) -> dict[int, int | None]:
+            """The conversation each of the batch's rows is a prefix of (ingest.write.conversations).
+            Rows whose turns are one run of the batch (a trajectory's episodes, see
+            ingest.shape.prepare) are placed together."""
+            runs: dict[tuple[int, int], list[int]] = {}
+            for row in rows:
+                runs.setdefault((trial_column[row], firsts[row]), []).append(row)
+            out: dict[int, int | None] = {}
+            for (trial_id, first), members in runs.items():
+                lengths = [turn_counts[row] for row in members]
+                end = first + max(lengths)
+                out.update(zip(members, self.conversations.place_prefixes(
+                    trial_id, roles[first:end], turn_messages[first:end], turn_extras[first:end], lengths)))
+            return out
 
         if not found and not misses and len(unknown) == len(keys) == len(set(keys)):
             # Every row is a new episode (a first load): written column by column, each on
             # its conversation.
-            conversation_ids = list(map(conversation_of, range(len(keys))))
+            placed = conversations_of(range(len(keys)))
+            conversation_ids = [placed[row] for row in range(len(keys))]
             ep_ids = self._insert_new(episodes_t, key_cols, [trial_column, sources, indexes],
                                       [turn_counts, n_chars, hashes, extras, conversation_ids], value_cols)
             self._episodes.update(zip(keys, zip(ep_ids, hashes, map(settle.extra_key, extras))))
             self.touched_trials.update(trial_column)
             self.counts.n_episodes_new += len(ep_ids)
-            self.counts.n_turns += len(roles)
+            self.counts.n_turns += sum(turn_counts)
             self.bulk.insert(T["episode_loads"], ["load_id", "row_number", "episode_id", "extra"], [
                 [self.load_id] * len(keys), row_numbers, ep_ids, [None] * len(keys)])
             return
@@ -707,7 +718,8 @@ class UnitWriter:
                 if place in new:
                     founders.setdefault(place, row)
             key_columns = list(zip(*new))
-            value_columns = [*zip(*new.values()), [conversation_of(founders[key]) for key in new]]
+            placed = conversations_of(founders.values())
+            value_columns = [*zip(*new.values()), [placed[founders[key]] for key in new]]
             ep_ids = self._insert_new(episodes_t, key_cols, key_columns, value_columns, value_cols)
             for key, ep_id in zip(new, ep_ids):
                 self._episodes[key] = (ep_id, new[key][2], settle.extra_key(new[key][3]))

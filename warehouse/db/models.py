@@ -200,7 +200,8 @@ class Episode(Base):
     source is a duplicate (same hash) or a conflict (different hash)."""
 
     __tablename__ = "episodes"
-    __table_args__ = (UniqueConstraint("trial_id", "trace_source", "episode_index"), Index(None, "conversation_id"))
+    __table_args__ = (UniqueConstraint("trial_id", "trace_source", "episode_index"),
+                      Index(None, "conversation_id", "n_turns"))
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"))
