@@ -24,6 +24,8 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+from bench import long_trial
+
 ROOT = Path(__file__).resolve().parents[1]
 
 DATASETS = {
@@ -112,6 +114,8 @@ def child(method: str, dataset: Path, work: Path, pg: str | None) -> dict:
         engine.dispose()
         result["seconds"] = time.perf_counter() - t0
         assert not summary.errors, summary.errors
+        result["db_bytes"] = _postgres_table_bytes(engine.url.set(drivername="postgresql")
+                                                   .render_as_string(hide_password=False))
         _drop_postgres(admin, name)
     elif method in ("floor-sqlite", "floor-postgres"):
         rows = floors.normalize(shards, dataset.name)
@@ -120,6 +124,7 @@ def child(method: str, dataset: Path, work: Path, pg: str | None) -> dict:
             t0 = time.perf_counter()
             floors.sqlite_floor(rows, db)
             result["seconds"] = time.perf_counter() - t0
+            result["db_bytes"] = db.stat().st_size
         else:
             engine, name, admin = _fresh_postgres(pg)
             url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
@@ -303,6 +308,14 @@ def main() -> None:
     distinct = floor_tb_all["distinct_text_bytes"]
     results.append(("SQLite size, tb all-episodes", f"{size / 1e6:.1f} MB", f"distinct text {distinct / 1e6:.1f} MB",
                     f"{size / distinct:.2f}× distinct text"))
+    floor_size = floor_tb_all["db_bytes"]
+    results.append(("SQLite size, tb all-episodes, against its floor", f"{size / 1e6:.1f} MB",
+                    f"sqlite3 floor {floor_size / 1e6:.1f} MB", f"{size / floor_size:.2f}× floor"))
+    results.append(_stored_turns_row(work / "warehouse-sqlite.db"))
+    if args.pg:
+        pg_size = run_child("warehouse-postgres", data["tb-all"], work, args.pg)["db_bytes"]
+        results.append(("PostgreSQL size (tables), tb all-episodes", f"{pg_size / 1e6:.1f} MB",
+                        f"distinct text {distinct / 1e6:.1f} MB", f"{pg_size / distinct:.2f}× distinct text"))
 
     results.extend(search_results(data["tb-all"], work, args.repeat))
 
@@ -555,6 +568,36 @@ def _postgres_counts(conninfo: str) -> dict[str, int]:
         return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in _COUNTED}
 
 
+def _postgres_table_bytes(conninfo: str) -> int:
+    """The bytes of the warehouse's tables, their indexes and TOAST included (not the catalog
+    every database has)."""
+    import psycopg
+
+    with psycopg.connect(conninfo) as conn:
+        return int(conn.execute("""SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c
+                                   JOIN pg_namespace n ON n.oid = c.relnamespace
+                                   WHERE n.nspname = 'public' AND c.relkind = 'r'""").fetchone()[0])
+
+
+def _stored_turns_row(db: Path) -> tuple[str, str, str, str]:
+    """Across the trials of a warehouse, the most turns a trial stores against its longest
+    episode's: 1× when every episode is a prefix of the longest."""
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        stored, longest = conn.execute("""
+            SELECT s.n, l.n FROM (SELECT c.trial_id, count(*) AS n FROM conversation_turns ct
+                                  JOIN conversations c ON c.id = ct.conversation_id GROUP BY c.trial_id) s
+            JOIN (SELECT trial_id, max(n_turns) AS n FROM episodes GROUP BY trial_id) l ON l.trial_id = s.trial_id
+            ORDER BY s.n * 1.0 / l.n DESC LIMIT 1""").fetchone()
+        episodes = conn.execute("SELECT count(*) FROM episodes").fetchone()[0]
+    finally:
+        conn.close()
+    return ("turns a trial stores, tb all-episodes (its worst trial)", f"{stored:,} turn rows",
+            f"its longest episode {longest:,} turns", f"{stored / longest:.2f}× ({episodes:,} episodes in all)")
+
+
 def _same_rows(ours: dict[str, int], floor: dict[str, int], what: str) -> None:
     if ours != floor:
         raise SystemExit(f"{what}: the floor wrote other rows than the warehouse: {floor} against {ours}")
@@ -576,7 +619,8 @@ def canned_query_results(data: dict[str, Path], work: Path, args) -> list[tuple[
 
 
 # The whole-process rows, by the name `--only` knows them by.
-WHOLE_PROCESS: dict[str, Callable] = {"startup": startup_results, "ingest": whole_ingest_results}
+WHOLE_PROCESS: dict[str, Callable] = {"startup": startup_results, "ingest": whole_ingest_results,
+                                      "long": lambda data, work, args: long_trial.results(work, args)}
 # What `--only` can measure alone: those, and the canned queries.
 PARTS: dict[str, Callable] = {**WHOLE_PROCESS, "queries": canned_query_results}
 
