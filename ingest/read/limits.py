@@ -44,7 +44,7 @@ RESULT_FILE_FACTOR = 64
 # before the episodes are.
 STEPS = Limit("WAREHOUSE_MAX_STEPS", 100_000)
 # Turns one trial's conversations store: a trajectory's episodes share its turns, so n agent
-# steps with observations store 2n + 2 (1,000: 2,002). The byte bounds keep a trial far below
+# steps with observations store 2n + 1 (1,000: 2,001). The byte bounds keep a trial far below
 # the default; a lower setting refuses one sooner.
 TURN_ROWS = Limit("WAREHOUSE_MAX_TURN_ROWS", 2_000_000)
 
