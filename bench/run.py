@@ -334,6 +334,7 @@ def main() -> None:
     again = [peak_rss_of(cli)[0] for _ in range(args.repeat)]
     results.append(("re-ingest math×5, whole process", f"{median(again):.2f} s", "", "all shards skipped"))
 
+    results.extend(upgrade_results(db, data["math-x5"], work, args))
     results.extend(query_results(db, data["math-x5"], args.repeat))
     if args.pg:  # the canned queries on PostgreSQL against SQLite, and the statistics' cost
         from bench import queries
@@ -351,6 +352,35 @@ class _Results(list):
     def extend(self, rows) -> None:
         for row in rows:
             self.append(row)
+
+
+def upgrade_results(db: Path, dataset: Path, work: Path, args) -> list[tuple[str, str, str, str]]:
+    """Migration 0014 at size: math×5 at 0013 (loaded at head, then downgraded: untimed)
+    upgraded in place to head, whole process, with its peak memory; then `db check`."""
+    rows = []
+    targets = [("SQLite", None)] + ([("PostgreSQL", args.pg)] if args.pg else [])
+    for backend, pg in targets:
+        made = None
+        if pg is None:
+            url = str(_copy_of(db, work / "math-x5-upgrade.db"))
+        else:
+            engine, made, admin = _fresh_postgres(pg)
+            url = engine.url.render_as_string(hide_password=False)
+            engine.dispose()
+            subprocess.run(warehouse_command("--db", url, "ingest", str(dataset)), check=True, capture_output=True)
+        try:
+            subprocess.run(warehouse_command("--db", url, "db", "downgrade", "0013", "--yes"), check=True,
+                           capture_output=True)
+            seconds, rss = peak_rss_of(warehouse_command("--db", url, "db", "upgrade"))
+            check = subprocess.run(warehouse_command("--db", url, "db", "check"), capture_output=True, text=True)
+            if check.returncode != 0:
+                raise SystemExit(f"db check after the upgrade:\n{check.stderr}")
+        finally:
+            if made is not None:
+                _drop_postgres(admin, made)
+        rows.append((f"upgrade math×5 0013 → head in place → {backend}, whole process", f"{seconds:.2f} s", "",
+                     f"peak RSS {rss:.0f} MB; db check passes"))
+    return rows
 
 
 def search_results(dataset: Path, work: Path, repeat: int) -> list[tuple[str, str, str, str]]:

@@ -10,8 +10,10 @@ turns are its conversation's first n_turns.
 A trial's conversations are the longest of its episodes' turn lists (role, message, turn
 extra), none a prefix of another: the upgrade takes the trial's episodes longest first, and
 each either is a prefix of a conversation already made (it points at it) or makes one. A
-conversation takes the id of the episode that made it. Trials are converted a chunk at a time,
-so the upgrade holds one chunk's turns in memory. The downgrade writes every episode's turns
+conversation takes the id of the episode that made it. Trials are converted a chunk at a time
+(about TURNS_PER_CHUNK turn rows), an episode's turns at a time, so the upgrade holds one
+episode's turns and its trial's conversations in memory, not its rows. The upgrade is one
+transaction (warehouse.db.schema runs every step in one): a kill leaves the old schema. The downgrade writes every episode's turns
 out again as a table.
 
 Revision ID: 0014
@@ -58,7 +60,7 @@ JOIN runs r ON r.id = tr.run_id
 LEFT JOIN tasks tk ON tk.id = tr.task_id
 """
 
-TRIALS_PER_CHUNK = 200
+TURNS_PER_CHUNK = 100_000
 
 
 def _turn_key(role, message_id, extra) -> bytes:
@@ -76,20 +78,36 @@ def _prefix_hashes(keys: list[bytes]) -> list[bytes]:
     return out
 
 
-def _conversations_of(episodes: dict[int, list[bytes]]) -> dict[int, int]:
-    """{episode id: id of the episode whose turns are its conversation}, for one trial's
-    episodes (id -> turn keys) with turns."""
-    prefixes: dict[tuple[int, bytes], int] = {}  # (length, prefix hash) -> conversation
-    out = {}
-    for ep_id in sorted(episodes, key=lambda e: (-len(episodes[e]), e)):
-        hashes = _prefix_hashes(episodes[ep_id])
-        found = prefixes.get((len(hashes), hashes[-1]))
+class _Trial:
+    """One trial's conversations as its episodes arrive longest first: each episode either is a
+    prefix of a conversation already made (it points at it) or makes one (its own id)."""
+
+    def __init__(self) -> None:
+        self.prefixes: dict[tuple[int, bytes], int] = {}  # (length, prefix hash) -> conversation
+
+    def place(self, ep_id: int, keys: list[bytes]) -> int:
+        hashes = _prefix_hashes(keys)
+        found = self.prefixes.get((len(hashes), hashes[-1]))
         if found is None:
             found = ep_id
             for n, h in enumerate(hashes, 1):
-                prefixes.setdefault((n, h), ep_id)
-        out[ep_id] = found
-    return out
+                self.prefixes.setdefault((n, h), ep_id)
+        return found
+
+
+def _chunks(conn) -> list[list[int]]:
+    """The trials with turns, in runs of about TURNS_PER_CHUNK turn rows (a trial alone when it
+    has more), so that a chunk's statements are few and its memory bounded."""
+    chunks: list[list[int]] = [[]]
+    size = 0
+    for trial_id, n_turns in conn.execute(sa.text(
+            "SELECT trial_id, sum(n_turns) FROM episodes WHERE n_turns > 0 GROUP BY trial_id ORDER BY trial_id")):
+        if chunks[-1] and size + n_turns > TURNS_PER_CHUNK:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(trial_id)
+        size += n_turns
+    return [chunk for chunk in chunks if chunk]
 
 
 def upgrade() -> None:
@@ -131,37 +149,48 @@ def upgrade() -> None:
     episodes = sa.Table("episodes", meta, sa.Column("id", Id), sa.Column("trial_id", Id),
                         sa.Column("conversation_id", Id))
     conversations = sa.Table("conversations", meta, sa.Column("id", Id), sa.Column("trial_id", Id))
-    trial_ids = [row[0] for row in conn.execute(sa.text(
-        "SELECT DISTINCT trial_id FROM episodes WHERE n_turns > 0 ORDER BY trial_id"))]
-    for start in range(0, len(trial_ids), TRIALS_PER_CHUNK):
-        chunk = trial_ids[start:start + TRIALS_PER_CHUNK]
-        trial_of = dict(conn.execute(sa.select(episodes.c.id, episodes.c.trial_id)
-                                     .where(episodes.c.trial_id.in_(chunk), sa.text("n_turns > 0"))).all())
-        keys: dict[int, list[bytes]] = {}
-        for ep_id, role, message_id, extra in conn.execute(
-                sa.select(turns.c.episode_id, turns.c.role, turns.c.message_id, turns.c.extra)
-                .where(turns.c.episode_id.in_(sa.select(episodes.c.id).where(episodes.c.trial_id.in_(chunk))))
-                .order_by(turns.c.episode_id, turns.c.idx)):
-            keys.setdefault(ep_id, []).append(_turn_key(role, message_id, extra))
-        by_trial: dict[int, dict[int, list[bytes]]] = {}
-        for ep_id, turn_keys in keys.items():
-            by_trial.setdefault(trial_of[ep_id], {})[ep_id] = turn_keys
-        del keys
-        made: dict[int, int] = {}
-        for trial_episodes in by_trial.values():
-            made.update(_conversations_of(trial_episodes))
+    for chunk in _chunks(conn):
+        made: dict[int, int] = {}  # episode id -> conversation id
+        trial_of: dict[int, int] = {}  # of each conversation
+        trial, trial_id, ep_id, keys = None, None, None, []
+
+        def place() -> None:
+            if ep_id is not None:
+                made[ep_id] = trial.place(ep_id, keys)
+                trial_of.setdefault(made[ep_id], trial_id)
+
+        # An episode's turns at a time, each trial's episodes longest first: memory holds one
+        # episode's turns and the prefixes of the trial's conversations, not the trial's rows.
+        for row_trial, row_ep, role, message_id, extra in conn.execute(
+                sa.select(episodes.c.trial_id, turns.c.episode_id, turns.c.role, turns.c.message_id, turns.c.extra)
+                .join(episodes, episodes.c.id == turns.c.episode_id)
+                .where(episodes.c.trial_id.in_(chunk))
+                .order_by(episodes.c.trial_id, sa.text("episodes.n_turns DESC"), turns.c.episode_id, turns.c.idx)
+                .execution_options(yield_per=10_000)):
+            if row_ep != ep_id:
+                place()
+                if row_trial != trial_id:
+                    trial, trial_id = _Trial(), row_trial
+                ep_id, keys = row_ep, []
+            keys.append(_turn_key(role, message_id, extra))
+        place()
         founders = sorted(set(made.values()))
         if not founders:
             continue
-        conn.execute(conversations.insert(), [{"id": ep_id, "trial_id": trial_of[ep_id]} for ep_id in founders])
+        conn.execute(conversations.insert(), [{"id": c, "trial_id": trial_of[c]} for c in founders])
         for at in range(0, len(founders), 500):
             ids = ", ".join(str(i) for i in founders[at:at + 500])
             conn.execute(sa.text(
                 "INSERT INTO conversation_turns (conversation_id, idx, role, message_id, extra) "
                 f"SELECT episode_id, idx, role, message_id, extra FROM turns WHERE episode_id IN ({ids})"))
-        conn.execute(episodes.update().where(episodes.c.id == sa.bindparam("ep"))
-                     .values(conversation_id=sa.bindparam("conv")),
-                     [{"ep": ep_id, "conv": conv} for ep_id, conv in sorted(made.items())])
+        # A conversation's id is its founding episode's: one statement for those, one row at a
+        # time for the episodes that are prefixes of another.
+        conn.execute(sa.text("UPDATE episodes SET conversation_id = id WHERE trial_id IN "
+                             f"({', '.join(map(str, chunk))}) AND id IN (SELECT id FROM conversations)"))
+        others = [{"ep": e, "conv": c} for e, c in sorted(made.items()) if e != c]
+        if others:
+            conn.execute(episodes.update().where(episodes.c.id == sa.bindparam("ep"))
+                         .values(conversation_id=sa.bindparam("conv")), others)
     if conn.dialect.name == "postgresql":
         # Conversation ids were episode ids: the sequence starts past both.
         op.execute("SELECT setval(pg_get_serial_sequence('conversations', 'id'), "

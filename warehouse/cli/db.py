@@ -9,8 +9,9 @@ import typer
 
 from warehouse.cli.app import app as root
 from warehouse.cli.context import state
-from warehouse.db import schema
+from warehouse.db import integrity, schema
 from warehouse.db.engine import redact
+from warehouse.db.session import read_transaction
 from warehouse.errors import SchemaError, WarehouseError
 from warehouse.readonly import reader_role_note
 
@@ -100,7 +101,10 @@ def current(ctx: typer.Context) -> None:
 
 @app.command()
 def check(ctx: typer.Context) -> None:
-    """Exit 0 if the database is at the revision this tool needs, 1 with the fix if not.
+    """Exit 0 if the database is at the revision this tool needs and its stored conversations
+    hold together (every episode reads back its turns); 1 with what is wrong if not.
+
+    Reads only: a few aggregate queries over the conversations, linear in the rows.
 
     Examples:
 
@@ -109,5 +113,11 @@ def check(ctx: typer.Context) -> None:
       warehouse db check || warehouse db upgrade
     """
     st = state(ctx)
-    st.read_engine()  # checks the schema
-    typer.echo(f"{redact(st.url)}: at {schema.head_revision()} (current)", err=True)
+    engine = st.read_engine()  # checks the schema
+    with read_transaction(engine) as conn:
+        found = integrity.problems(conn)
+    if found:
+        for line in found:
+            typer.echo(f"Error: {redact(st.url)}: {line}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{redact(st.url)}: at {schema.head_revision()} (current); conversations consistent", err=True)

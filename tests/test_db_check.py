@@ -1,0 +1,124 @@
+"""`warehouse db check` verifies the stored conversations (warehouse.db.integrity), not only the
+revision: a loaded warehouse passes; each way the conversations can stop holding together
+(a turn missing in the middle, an episode on another trial's conversation, turns past the
+longest episode) is named in one line, with exit 1, on both backends. And an upgrade from
+0013, killed at any moment, leaves the old schema or the new one, never a mix."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from sqlalchemy import text
+
+from ingest.pipeline import ingest
+from procs import CLI, run_cli
+from tools.long_trial import write_trial
+
+def _check(db_url: str) -> tuple[int, list[str]]:
+    done = run_cli(db_url, "db", "check")
+    assert "Traceback" not in done.stderr
+    return done.returncode, done.stderr.splitlines()
+
+
+def test_db_check_names_each_way_the_conversations_stop_holding_together(engine, db_url, tmp_path):
+    for seed in (1, 2):
+        assert not ingest(engine, [str(write_trial(tmp_path / "jobs", 12, seed=seed))]).errors
+    code, lines = _check(db_url)
+    assert code == 0 and lines[-1].endswith("conversations consistent"), lines
+    with engine.connect() as conn:
+        (first, second), = conn.execute(text("SELECT min(id), max(id) FROM conversations")).all()
+        longest = conn.execute(text("SELECT id FROM episodes WHERE conversation_id = :c ORDER BY n_turns DESC, id "
+                                    "LIMIT 1"), {"c": first}).scalar()
+        other = conn.execute(text("SELECT min(id) FROM episodes WHERE conversation_id = :c"), {"c": second}).scalar()
+    breaks = [
+        # (the damage, its repair, what db check says)
+        (f"UPDATE conversation_turns SET idx = 1000 WHERE conversation_id = {first} AND idx = 5",
+         f"UPDATE conversation_turns SET idx = 5 WHERE conversation_id = {first} AND idx = 1000",
+         "conversations whose turns are not numbered 0, 1, 2, … without a gap"),
+        (f"UPDATE episodes SET conversation_id = {first} WHERE id = {other}",
+         f"UPDATE episodes SET conversation_id = {second} WHERE id = {other}",
+         "1 episodes whose conversation is another trial's"),
+        (f"UPDATE episodes SET n_turns = n_turns - 1 WHERE id = {longest}",
+         f"UPDATE episodes SET n_turns = n_turns + 1 WHERE id = {longest}",
+         "1 conversations not as long as their longest episode"),
+    ]
+    for damage, repair, said in breaks:
+        with engine.begin() as conn:
+            conn.execute(text(damage))
+        code, lines = _check(db_url)
+        assert code == 1 and any(said in line for line in lines), (damage, lines)
+        assert all(line.startswith("Error: ") for line in lines), lines
+        with engine.begin() as conn:
+            conn.execute(text(repair))
+        assert _check(db_url)[0] == 0, repair
+
+
+def _layout(engine) -> tuple[str, set[str], str | None]:
+    """(revision, tables and views, what `turns` is: 'table' or 'view')."""
+    from sqlalchemy import inspect
+
+    with engine.connect() as conn:
+        revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        found = inspect(conn)
+        tables, views = set(found.get_table_names()), set(found.get_view_names())
+    return revision, tables | views, "table" if "turns" in tables else "view" if "turns" in views else None
+
+
+def _writing(engine, db_url: str, target: Path | None) -> bool:
+    """Whether the upgrade has begun writing in its transaction: SQLite's WAL holds frames;
+    PostgreSQL shows a session of the database inside a transaction that has written."""
+    if target is not None:
+        wal = Path(f"{target}-wal")
+        return wal.exists() and wal.stat().st_size > 0
+    with engine.connect() as conn:
+        return bool(conn.execute(text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_xid IS NOT NULL")).scalar())
+
+
+def test_an_upgrade_killed_at_any_moment_leaves_the_old_schema_or_the_new(backend, engine, db_url, tmp_path):
+    """The upgrade from 0013 (0014 rewrites every episode's turns as conversations) is one
+    transaction. Killed (SIGKILL) at spread moments after it began writing, the database is at
+    0013 with its `turns` table and no conversations, or at head with both tables and the
+    `turns` view; upgraded again, it checks. The 0013 warehouse: two trials of 300 steps
+    loaded at head, then downgraded (180,000 turn rows in 0013's table)."""
+    for seed in (1, 2):
+        assert not ingest(engine, [str(write_trial(tmp_path / "jobs", 300, seed=seed))]).errors
+    engine.dispose()
+    assert run_cli(db_url, "db", "downgrade", "0013", "--yes").returncode == 0
+    target = Path(db_url.removeprefix("sqlite:///")) if backend == "sqlite" else None
+    if target is not None:
+        shutil.copyfile(target, tmp_path / "0013.db")
+    began = time.monotonic()
+    assert run_cli(db_url, "db", "upgrade").returncode == 0
+    life = time.monotonic() - began
+    rng = random.Random(26)
+    outcomes = []
+    for _ in range(6 if backend == "sqlite" else 3):
+        if target is not None:
+            shutil.copyfile(tmp_path / "0013.db", target)
+        else:
+            assert run_cli(db_url, "db", "downgrade", "0013", "--yes").returncode == 0
+        proc = subprocess.Popen([*CLI, "--db", db_url, "db", "upgrade"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        while proc.poll() is None and not _writing(engine, db_url, target):
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.5) * life)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        engine.dispose()
+        revision, names, turns = _layout(engine)
+        if revision == "0013":
+            assert "conversations" not in names and turns == "table", names
+        else:
+            assert {"conversations", "conversation_turns"} <= names and turns == "view", (revision, names)
+        outcomes.append(revision)
+        assert run_cli(db_url, "db", "upgrade").returncode == 0
+        code, lines = _check(db_url)
+        assert code == 0, lines
+    assert "0013" in outcomes, outcomes  # kills landed inside the transaction, and it rolled back
