@@ -53,9 +53,10 @@ from warehouse.summaries import check_threshold, own_trace_sql
 from warehouse.texts import exact_column, from_bytes
 from warehouse.version import __version__
 
-SOURCES, LOADS, RUNS, TASKS, TRIALS, EPISODES, TURNS, MESSAGES, EPISODE_LOADS, TRIAL_LOADS, CONFLICTS = (
+SOURCES, LOADS, RUNS, TASKS, TRIALS, EPISODES, CONVERSATION_TURNS, MESSAGES, EPISODE_LOADS, TRIAL_LOADS, CONFLICTS = (
     m.__table__ for m in (models.Source, models.Load, models.Run, models.Task, models.Trial, models.Episode,
-                          models.Turn, models.Message, models.EpisodeLoad, models.TrialLoad, models.Conflict)
+                          models.ConversationTurn, models.Message, models.EpisodeLoad, models.TrialLoad,
+                          models.Conflict)
 )
 
 CHUNK_ROWS = 1000
@@ -482,15 +483,22 @@ class _RowBuilder:
         trials = {t.id: t for t in self._select_in(
             select(TRIALS, TASKS.c.name.label("task_name")).outerjoin(TASKS, TASKS.c.id == TRIALS.c.task_id),
             TRIALS.c.id, trial_ids)}
+        # Each conversation read once; an episode's rows are the first n_turns of its structs,
+        # shared (not copied) between the episodes of a trajectory: a chunk of a long
+        # trajectory's episodes holds its turns once, not once per episode.
         turns: dict[int, list] = {}
-        for turn in self._select_in(select(TURNS).order_by(TURNS.c.episode_id, TURNS.c.idx),
-                                    TURNS.c.episode_id, episodes):
-            turns.setdefault(turn.episode_id, []).append(turn)
+        ct = CONVERSATION_TURNS
+        for turn in self._select_in(select(ct).order_by(ct.c.conversation_id, ct.c.idx), ct.c.conversation_id,
+                                    {e.conversation_id for e in episodes.values()} - {None}):
+            turns.setdefault(turn.conversation_id, []).append(turn)
         overlay, overlay_messages = self._conflicts({r[0] for r in chunk}, trial_ids)
         own_turns = self._conflicting_conversations(chunk)
         texts = self._texts({t.message_id for ts in turns.values() for t in ts}
                             | {t.instruction_id for t in trials.values()} | overlay_messages
                             | {message_id for ts in own_turns.values() for _, message_id, _ in ts})
+        structs = {conv: [_message(t.role, t.message_id, t.extra, texts) for t in ts] for conv, ts in turns.items()}
+        sizes = {conv: list(itertools.accumulate((len(m["content"] or "") for m in ms), initial=0))
+                 for conv, ms in structs.items()}
         steps: dict[int, dict] = {}  # per trial: {step: (instruction, verifier_output)}
         for load_id, row_number, episode_id, from_hub, own_extra, _ in chunk:
             episode = episodes[episode_id]
@@ -499,8 +507,10 @@ class _RowBuilder:
             self.rows_by_run[trial.run_id] += 1
             if (load_id, row_number) in own_turns:  # this row's conversation conflicted with the stored one
                 conversation = [_message(*t, texts) for t in own_turns[load_id, row_number]]
+                size = sum(len(m["content"] or "") for m in conversation)
             else:
-                conversation = [_message(t.role, t.message_id, t.extra, texts) for t in turns.get(episode_id, [])]
+                conversation = structs.get(episode.conversation_id, [])[:episode.n_turns]
+                size = sizes[episode.conversation_id][episode.n_turns] if conversation else 0
             values = {
                 **self._trial_values(trial, texts, overlay.get((load_id, trial.id), {})),
                 "conversations": conversation,
@@ -514,8 +524,7 @@ class _RowBuilder:
                 if trial.id not in steps:
                     steps[trial.id] = harbor_rows.step_texts(trial.detail)
                 values = harbor_rows.row(values, extra, steps[trial.id], self.columns)
-            size = sum(len(m["content"] or "") for m in conversation) + len(values.get("verifier_output") or "")
-            yield values, size
+            yield values, size + len(values.get("verifier_output") or "")
 
     @staticmethod
     def _trial_values(trial, texts: dict[int, str], overlay: dict[str, Any]) -> dict[str, Any]:
