@@ -214,9 +214,9 @@ def test_power_as_json_and_bad_input(engine, db_url):
     got = json.loads(done.stdout)
     assert got == [dict(zip(want.columns, row)) for row in want.rows]
     assert list(got[0]) == ["run_key", "n_tasks", "mean_attempts", "pass_rate", "between_sd", "within_sd",
-                            "attempts", "tasks_needed", "mde"]
+                            "attempts_used", "tasks_needed", "mde"]
     assert [row["run_key"] for row in got] == ["run-a", "run-b", "run-c"]
-    assert all(row["attempts"] == 5 for row in got)
+    assert all(row["attempts_used"] == 5 for row in got)
     for name, value, message in [
             ("delta", 0.0, "--delta must lie strictly between 0 and 1, not 0.0"),
             ("delta", 1.0, "--delta must lie strictly between 0 and 1, not 1.0"),

@@ -89,7 +89,7 @@ def detectable_difference(tasks: int, sd: float, confidence: float, power: float
     return _z_sum(confidence, power) * sd / math.sqrt(tasks)
 
 
-COLUMNS = ["n_tasks", "mean_attempts", "pass_rate", "between_sd", "within_sd", "attempts", "tasks_needed", "mde"]
+COLUMNS = ["n_tasks", "mean_attempts", "pass_rate", "between_sd", "within_sd", "attempts_used", "tasks_needed", "mde"]
 
 
 def power_row(cells: Sequence[tuple[int, int, int]], values: Mapping[str, Any], confidence: float
