@@ -467,7 +467,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             Param("tasks", int, None, "Tasks in the design, for the mde (default: the group's)."),
             Param("by", str, "run", "Group by run, model, agent or label:KEY.", choices=("run", "model", "agent"),
                   by_label=True),
-            CONFIDENCE,
+            Param("confidence", float, 0.95, "The test's confidence level (0 to 1): it rejects at 1 - confidence."),
             Param("power", float, 0.8, "The chance of seeing a true difference of --delta (0 to 1)."),
             Param("rho", float, 1.0, "How alike the runs' task success shares are (0 to 1; 1: B shifts every task alike)."),
             THRESHOLD,
