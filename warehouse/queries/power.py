@@ -52,8 +52,9 @@ def variance_components(cells: Sequence[tuple[int, int, int]]
     tasks = sum(t for _, _, t in cells)
     rate = sum(c / n * t for n, c, t in cells) / tasks
     repeated = [(n, c, t) for n, c, t in cells if n > 1]
-    within = (sum(n / (n - 1) * (c / n) * (1 - c / n) * t for n, c, t in repeated) / sum(t for *_, t in repeated)
-              if repeated else None)
+    within = None
+    if repeated:
+        within = sum(n / (n - 1) * (c / n) * (1 - c / n) * t for n, c, t in repeated) / sum(t for *_, t in repeated)
     between = None
     if tasks > 1 and within is not None:
         spread = sum((c / n - rate) ** 2 * t for n, c, t in cells) / (tasks - 1)
