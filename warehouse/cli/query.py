@@ -47,6 +47,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                      "warehouse query compare-test 9f8c2915 b421acf4 --confidence 0.9 --seed 1"),
     "failures": ("warehouse query failures", "warehouse query failures --format csv"),
     "lengths": ("warehouse query lengths", "warehouse query lengths --format json"),
+    "power": ("warehouse query power --delta 0.05", "warehouse query power --delta 0.1 --attempts 5 --tasks 89",
+              "warehouse query power --by model --power 0.9 --format json"),
 }
 
 

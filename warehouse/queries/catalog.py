@@ -21,6 +21,7 @@ from sqlalchemy.engine import URL
 
 from warehouse.errors import ArgumentValueError
 from warehouse.filters import Filters
+from warehouse.queries.power import COLUMNS as POWER_COLUMNS, check_design, power_row
 from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, reads_more, run_canned, sql_file
 from warehouse.queries.stats import (bootstrap_counts, interpolate, mcnemar_exact, pass_at_k, percentile,
                                      percentile_interval, percentile_ranks, wilson_interval)
@@ -201,6 +202,17 @@ def _compare_footnote(url: URL | str, values: Mapping[str, Any], filters: Filter
             f"{row['lost']} (McNemar exact p = {row['p_value']:.3g}); pass rate B - A = {row['diff']:+.3f}, "
             f"{given['confidence'] * 100:g}% interval {row['diff_low']:+.3f} to {row['diff_high']:+.3f} "
             f"(paired bootstrap, {given['resamples']} resamples, seed {given['seed']})")
+
+
+def _power_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+                ) -> tuple[list[str], Rows]:
+    """power's cells (group, n, c, tasks) as one row per group (warehouse.queries.power)."""
+    confidence, _ = _uncertainty(values)
+    check_design(values)
+    name, rows = _grouped(values["by"], rows)
+    return [name, *POWER_COLUMNS], [
+        (group, *power_row([(int(n), int(c), int(tasks)) for _, n, c, tasks in cells], values, confidence))
+        for group, cells in groupby(rows, key=lambda row: row[0])]
 
 
 _LENGTH_MEASURES = ("turns", "chars", "input_tokens", "output_tokens")
@@ -428,5 +440,43 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         filter_slots={"filters": _trial_columns("tr")},
         summary_filter_slots={"filters_runs": _RUN_COLUMNS},
         narrowed_sql=sql_file("lengths_narrowed"),  # trial_lengths has no task, model or agent
+    ),
+    CannedQuery(
+        name="power",
+        description=(
+            "How many tasks a paired comparison of two runs needs to see a difference, and the "
+            "smallest difference a design can see, from each group's own task and attempt noise.\n\n"
+            "Per run (or --by model, agent, label:KEY; a task's attempts in a group's runs pooled): "
+            "n_tasks, mean_attempts per task, pass_rate (the mean of the tasks' success shares), "
+            "between_sd (how much the tasks' true success shares differ) and within_sd (the sd of "
+            "one attempt at a task, sqrt of the mean p(1-p)), the moment estimators of a one-way "
+            "random-effects model over tasks. between_sd is empty under two tasks, within_sd when "
+            "no task has two attempts.\n\n"
+            "The design: runs A and B attempt the same tasks, --attempts times each (default: the "
+            "group's mean_attempts), compared by a paired test over the tasks' success shares, "
+            "two-sided at --confidence (default 0.95) with --power (default 0.8). A task's "
+            "difference has variance 2 within / attempts + 2 (1 - rho) between: --rho (default 1) "
+            "is how alike A's and B's task shares are; 1 means B shifts every task alike. "
+            "tasks_needed is the fewest tasks that see a difference of --delta (default 0.05); mde "
+            "the smallest difference --tasks tasks (default: the group's n_tasks) can see. Both are "
+            "empty where the data cannot say (or nothing in it varies)."
+        ),
+        params=(
+            Param("delta", float, 0.05, "The difference in pass rate to detect (0 to 1)."),
+            Param("attempts", int, None, "Attempts per task in each run (default: the group's mean)."),
+            Param("tasks", int, None, "Tasks in the design, for the mde (default: the group's)."),
+            Param("by", str, "run", "Group by run, model, agent or label:KEY.", choices=("run", "model", "agent"),
+                  by_label=True),
+            Param("confidence", float, 0.95, "The test's confidence level (0 to 1): it rejects at 1 - confidence."),
+            Param("power", float, 0.8, "The chance of seeing a true difference of --delta (0 to 1)."),
+            Param("rho", float, 1.0,
+                  "How alike the runs' task success shares are (0 to 1; 1: B shifts every task alike)."),
+            THRESHOLD,
+        ),
+        sql=sql_file("power"),
+        post=_power_post,
+        summary_sql=sql_file("power_summary"),
+        filter_slots={"filters": _trial_columns("tr")},
+        summary_filter_slots={"filters": _trial_columns("b")},
     ),
 )}
