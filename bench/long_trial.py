@@ -15,12 +15,15 @@ from the line, as a share of its value, says how straight it is.
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+import subprocess
 import sys
 import uuid
 from pathlib import Path
 
 STEPS = (1_000, 2_000, 5_000, 20_000)
+EXPORTED = 2_000  # the trial whose every episode `export hub` writes
 
 
 def floor(trial_dir: Path, db: Path) -> None:
@@ -87,6 +90,15 @@ def results(work: Path, args) -> list[tuple[str, str, str, str]]:
             s, rss, size, stored = measured["PostgreSQL"][steps]
             rows.append((f"long trial, {steps:,} steps → PostgreSQL, whole process",
                          f"{s:.2f} s, {rss:.0f} MB, {size / 1e6:.1f} MB of tables, {stored:,} turn rows", "", ""))
+    # Harbor's all-episodes rows of a trajectory repeat its prefixes (n²/2 turns in the output):
+    # the export reads each conversation once and holds a row group at a time.
+    db, out = work / "long-export.db", work / "long-export"
+    _remove_sqlite(db)
+    subprocess.run(warehouse_command("--db", str(db), "ingest", str(jobs[EXPORTED])), check=True, capture_output=True)
+    shutil.rmtree(out, ignore_errors=True)
+    seconds, rss = peak_rss_of(warehouse_command("--db", str(db), "export", "hub", str(out)))
+    rows.append((f"export hub, all {EXPORTED:,} episodes of the {EXPORTED:,}-step trial (SQLite), whole process",
+                 f"{seconds:.2f} s", "", f"peak RSS {rss:.0f} MB; {EXPORTED * (EXPORTED + 2):,} turns written"))
     for backend, points in measured.items():
         if not points:
             continue
