@@ -27,12 +27,18 @@ def mean_interval(clusters: list[list[float]], confidence: float = 0.95) -> tupl
 def rate_interval(clusters: list[tuple[int, int]], confidence: float = 0.95) -> tuple[float, float]:
     """pass-rate's interval for clusters of (successes, attempts): Wilson's with one attempt per
     cluster; else Wilson's at the effective size p(1-p)/se² (at most the attempts) with the
-    t quantile at G - 1 in place of the normal one (as proportion_confint's alpha)."""
+    t quantile at G - 1 in place of the normal one."""
     successes, attempts = sum(s for s, _ in clusters), sum(n for _, n in clusters)
     if all(n == 1 for _, n in clusters):
         return proportion_confint(successes, attempts, alpha=1 - confidence, method="wilson")
     fit = clustered_fit([[1.0] * s + [0.0] * (n - s) for s, n in clusters])
     rate, se = fit.params[0], fit.bse[0]
     n_eff = min(attempts, rate * (1 - rate) / se ** 2) if se > 0 else (len(clusters) if rate in (0, 1) else attempts)
-    z = scipy_stats.t.ppf(1 - (1 - confidence) / 2, len(clusters) - 1)
-    return proportion_confint(rate * n_eff, n_eff, alpha=2 * scipy_stats.norm.sf(z), method="wilson")
+    return wilson_at(rate, n_eff, scipy_stats.t.ppf(1 - (1 - confidence) / 2, len(clusters) - 1))
+
+
+def wilson_at(rate: float, n: float, z: float) -> tuple[float, float]:
+    """The Wilson score interval, the textbook formula (Wilson 1927), at quantile z."""
+    centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * np.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)

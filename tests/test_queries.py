@@ -263,16 +263,31 @@ def test_compare_threshold(url):
 
 def test_compare_test(url):
     # Shared tasks: task1, task2, task3 (run-b never tried task4). run-b gained task2 and lost task1.
+    # Several attempts per task: the paired t-test on the tasks' shares, whose differences
+    # B - A are -0.4, 1/3 and -0.5 (scipy's one-sample t-test of them is the reference).
+    from scipy import stats as scipy_stats
+
     [row] = run(url, "compare-test", a="run-a", b="run-b")
     assert approx_rows([row]) == [dict(
-        a="run-a", b="run-b", shared=3, gained=1, lost=1, p_value=1.0,
+        a="run-a", b="run-b", shared=3, gained=1, lost=1,
+        p_value=scipy_stats.ttest_1samp([-0.4, 1 / 3, -0.5], 0).pvalue,
         pass_rate_a=(2 / 5 + 0 / 3 + 2 / 2) / 3, pass_rate_b=(0 / 4 + 1 / 3 + 1 / 2) / 3,
         diff=(0 / 4 + 1 / 3 + 1 / 2 - 2 / 5 - 0 / 3 - 2 / 2) / 3,
-        diff_low=row["diff_low"], diff_high=row["diff_high"], verdict="too few shared tasks")]
+        diff_low=row["diff_low"], diff_high=row["diff_high"], verdict="too few shared tasks",
+        test="paired t", discordant=3, only_a=1, only_b=0)]
     # The per-task differences are -0.4, 1/3 and -0.5: every resample's mean lies within them.
     assert -0.5 <= row["diff_low"] < row["diff"] < row["diff_high"] <= 1 / 3
-    [alone] = run(url, "compare-test", a="run-a", b="run-c")  # task1 only
+    [alone] = run(url, "compare-test", a="run-a", b="run-c")  # task1 only; run-c's other trial has no task
     assert (alone["shared"], alone["gained"], alone["lost"], alone["verdict"]) == (1, 0, 0, "too few shared tasks")
+    assert (alone["only_a"], alone["only_b"], alone["p_value"]) == (3, 0, 1.0)
+    # --tasks: the tasks whose share differs, and those one run alone attempted.
+    assert approx_rows(run(url, "compare-test", a="run-a", b="run-b", tasks=True)) == approx_rows([
+        dict(task="task1", a_attempts=5, a_successes=2, b_attempts=4, b_successes=0, diff=-0.4, kind="A higher"),
+        dict(task="task2", a_attempts=3, a_successes=0, b_attempts=3, b_successes=1, diff=1 / 3, kind="B higher"),
+        dict(task="task3", a_attempts=2, a_successes=2, b_attempts=2, b_successes=1, diff=-0.5, kind="A higher"),
+        dict(task="task4", a_attempts=1, a_successes=0, b_attempts=0, b_successes=0, diff=None, kind="only A")])
+    assert [r["kind"] for r in run(url, "compare-test", a="run-b", b="run-a", tasks=True)][-1] == "only B"
+    assert run(url, "compare-test", a="run-a", b="run-a", tasks=True) == []
 
 
 def test_compare_needs_existing_runs(url):
@@ -369,8 +384,9 @@ def test_cli_compare_verdict(url):
     table = cli(url, "query", "compare", "--a", "run-a", "--b", "run-b")
     assert table.returncode == 0 and "task4" in table.stdout
     assert table.stderr.splitlines() == [
-        "compare: too few shared tasks: 3 shared tasks, B gained 1 and lost 1 (McNemar exact p = 1); "
-        "pass rate B - A = -0.189, 95% interval -0.500 to +0.333 (paired bootstrap, 2000 resamples, seed 0)"]
+        "compare: too few shared tasks: 3 shared tasks (1 only in A, 0 only in B), 3 differ, B gained 1 and "
+        "lost 1 (paired t p = 0.547); pass rate B - A = -0.189, 95% interval -0.500 to +0.333 (paired bootstrap, "
+        "2000 resamples, seed 0)"]
     test = cli(url, "query", "compare-test", "--a", "run-a", "--b", "run-b", "--format", "json")
     assert test.returncode == 0 and test.stderr == ""
     assert [(r["shared"], r["verdict"]) for r in json.loads(test.stdout)] == [(3, "too few shared tasks")]

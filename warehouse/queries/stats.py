@@ -294,12 +294,12 @@ def clustered_mean_interval(clusters: Sequence[tuple[float, int]], confidence: f
 def paired_t_test(differences: Sequence[float]) -> float:
     """The two-sided p-value of the paired t-test of "no difference" on per-task differences
     d_t (B's share of successful attempts minus A's): t = mean / (sd / sqrt(T)), Student's t at
-    T - 1 degrees of freedom. 1 when every d_t is the same as the mean (no spread: nothing to
-    test against); needs T >= 2."""
+    T - 1 degrees of freedom; needs T >= 2. Where every d_t is the same (no spread) t is
+    infinite, p = 0, unless they are all 0: then p = 1."""
     t_count = len(differences)
     mean = math.fsum(differences) / t_count
     spread = math.fsum((d - mean) ** 2 for d in differences)
-    if spread <= (abs(mean) * 1e-12) ** 2 * t_count:
-        return 1.0
+    if not spread:
+        return 1.0 if mean == 0 else 0.0
     t = mean / math.sqrt(spread / (t_count - 1) / t_count)
     return min(1.0, 2 * t_sf(abs(t), t_count - 1))
