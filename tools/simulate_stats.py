@@ -31,9 +31,10 @@ Cluster = tuple[int, int]  # a task's (successes, attempts)
 
 
 def simulated_run(rng: random.Random, tasks: int, k: int, lift: float = 0.0,
-                  chances: Sequence[float] | None = None) -> list[Cluster]:
-    """One run's (successes, attempts) per task: the tasks' chances drawn (or given, for a pair)."""
-    chances = chances if chances is not None else [rng.betavariate(*SHAPE) for _ in range(tasks)]
+                  chances: Sequence[float] | None = None, shape: tuple[float, float] = SHAPE) -> list[Cluster]:
+    """One run's (successes, attempts) per task: the tasks' chances drawn from Beta(*shape) (or
+    given, for a pair)."""
+    chances = chances if chances is not None else [rng.betavariate(*shape) for _ in range(tasks)]
     return [(sum(rng.random() < min(1.0, p + lift) for _ in range(k)), k) for p in chances]
 
 
@@ -63,7 +64,7 @@ def clustered_wald_t(clusters: Sequence[Cluster], confidence: float) -> tuple[fl
     return _wald(clusters, t_quantile(1 - (1 - confidence) / 2, len(clusters) - 1))
 
 
-def cluster_bootstrap(clusters: Sequence[Cluster], confidence: float, resamples: int = 400,
+def cluster_bootstrap(clusters: Sequence[Cluster], confidence: float, resamples: int = 1000,
                       seed: int = 0) -> tuple[float, float]:
     """The percentile interval of the rate over resamples of the tasks (all attempts of a task drawn together)."""
     rng = random.Random(seed)
@@ -84,13 +85,14 @@ RATE_INTERVALS: dict[str, Callable] = {
 
 
 def coverage(interval: Callable, k: int, tasks: int = 40, runs: int = 200, seed: int = 0,
-             confidence: float = CONFIDENCE) -> float:
+             confidence: float = CONFIDENCE, shape: tuple[float, float] = SHAPE) -> float:
     """The share of `runs` simulated runs whose interval holds the true rate."""
-    rng = random.Random(f"coverage:{seed}:{k}:{tasks}")
+    rng = random.Random(f"coverage:{seed}:{k}:{tasks}" + ("" if shape == SHAPE else f":{shape}"))
+    truth = shape[0] / sum(shape)
     held = 0
     for _ in range(runs):
-        low, high = interval(simulated_run(rng, tasks, k), confidence)
-        held += low <= TRUTH <= high
+        low, high = interval(simulated_run(rng, tasks, k, shape=shape), confidence)
+        held += low <= truth <= high
     return held / runs
 
 
@@ -143,7 +145,7 @@ def sign_flip_test(differences: Sequence[float], weights: Sequence[int], resampl
 
 
 def sign_flip(a: Sequence[Cluster], b: Sequence[Cluster], rng: random.Random, resamples: int = 2000) -> float:
-    """The sign-flip permutation test of the task shares, 2000 resamples."""
+    """The sign-flip permutation test of the task shares."""
     cells = Counter(_differences(a, b))
     return sign_flip_test(list(cells), list(cells.values()), resamples, rng)
 
@@ -183,36 +185,51 @@ def rejections(test: Callable, k: int, lift: float, tasks: int = 40, pairs: int 
 
 # --- the figures -----------------------------------------------------------------------------
 
-RUNS, KS, TASKS = 200, (1, 5, 10), (20, 40)
+RUNS, KS, TASKS = 1000, (1, 5, 10), (10, 20, 40)
+# Tasks mostly failed: Beta(0.2, 2), a true rate of 0.09 (the edge where intervals misbehave).
+NEAR_ZERO = (0.2, 2.0)
+# The slow ones (a resampling per run) over fewer runs: their Monte Carlo error is ±0.03.
+FEWER = {cluster_bootstrap: 200, sign_flip: 200}
 LIFT = 0.15
 
 
 def report() -> str:
+    columns = [(t, k) for t in TASKS for k in KS]
+    header = ["| " + " | ".join(["", *(f"T={t}, k={k}" for t, k in columns)]) + " |", "|---|" + "---:|" * len(columns)]
+
+    def row(name: str, figure: Callable[[int, int], float]) -> str:
+        return f"| {name} | " + " | ".join(f"{figure(t, k):.3f}" for t, k in columns) + " |"
+
     lines = [
         "# Statistics, measured by simulation",
         "",
         "Written by `python -m tools.simulate_stats STATISTICS.md` (seeded: the same figures every time);",
-        "tests/test_simulation.py asserts them. Tasks' chances of success p ~ Beta(0.5, 0.5), so the true",
-        f"rate is {TRUTH}; k attempts per task; {RUNS} simulated runs (or pairs of runs) per cell; nominal level",
-        f"{CONFIDENCE:.0%}. With {RUNS} runs a share's Monte Carlo error is about ±0.03 (two standard errors at 0.95).",
+        "tests/test_simulation.py asserts them at T=40. T tasks whose chances of success are p ~ Beta(0.5, 0.5),",
+        f"so the true rate is {TRUTH}; k attempts per task; {RUNS} simulated runs (or pairs of runs) per cell, Monte",
+        f"Carlo error about ±0.014 (two standard errors near 0.95), except where a row says 200 (±0.03). Level {CONFIDENCE:.0%}.",
         "",
-        f"## Coverage of the {CONFIDENCE:.0%} interval of the pass rate (target {CONFIDENCE})",
+        f"## Coverage of the {CONFIDENCE:.0%} interval (target {CONFIDENCE})",
         "",
-        "| interval | " + " | ".join(f"T={t}, k={k}" for t in TASKS for k in KS) + " |",
-        "|---|" + "---:|" * (len(TASKS) * len(KS)),
+        *header,
     ]
     for name, interval in RATE_INTERVALS.items():
-        lines.append(f"| {name} | " + " | ".join(f"{coverage(interval, k, t):.3f}" for t in TASKS for k in KS) + " |")
-    lines.append("| mean reward: clustered t (pass-rate's), partial rewards | "
-                 + " | ".join(f"{reward_coverage(k, t):.3f}" for t in TASKS for k in KS) + " |")
+        runs = FEWER.get(interval, RUNS)
+        lines.append(row(name + ("" if runs == RUNS else f" ({runs} runs)"),
+                         lambda t, k: coverage(interval, k, t, runs=runs)))
+    lines.append(row("mean reward, partial rewards: clustered t (pass-rate's)", lambda t, k: reward_coverage(k, t, RUNS)))
+    lines += ["", f"## Coverage near 0: p ~ Beta{NEAR_ZERO}, a true rate of {NEAR_ZERO[0] / sum(NEAR_ZERO):.3f}", "",
+              *header]
+    for name, interval in RATE_INTERVALS.items():
+        runs = FEWER.get(interval, RUNS)
+        lines.append(row(name + ("" if runs == RUNS else f" ({runs} runs)"),
+                         lambda t, k: coverage(interval, k, t, runs=runs, shape=NEAR_ZERO)))
     for lift, title in ((0.0, "False positives under the null (B = A; target at most 0.05)"),
-                        (LIFT, f"Power against B = A + {LIFT} per task (capped at 1)")):
-        lines += ["", f"## {title}", "",
-                  "| test | " + " | ".join(f"T={t}, k={k}" for t in TASKS for k in KS) + " |",
-                  "|---|" + "---:|" * (len(TASKS) * len(KS))]
+                        (LIFT, f"Power against B = A + {LIFT} on every task (at most 1)")):
+        lines += ["", f"## {title}", "", *header]
         for name, test in PAIRED_TESTS.items():
-            lines.append(f"| {name} | " + " | ".join(
-                f"{rejections(test, k, lift, t):.3f}" for t in TASKS for k in KS) + " |")
+            pairs = FEWER.get(test, RUNS)
+            lines.append(row(name + ("" if pairs == RUNS else f" ({pairs} pairs)"),
+                             lambda t, k: rejections(test, k, lift, t, pairs=pairs)))
     return "\n".join(lines) + "\n"
 
 
