@@ -11,7 +11,7 @@ import pytest
 
 from ingest.write import writer
 from query_fixture import _trial
-from tools.simulate_stats import (compare_test, coverage, mcnemar_solved_once, rejections, reward_coverage,
+from tools.simulate_stats import (NEAR_ZERO, clustered_wald_t, compare_test, coverage, mcnemar_solved_once, rejections, reward_coverage,
                                   simulated_run, wilson_over_attempts)
 from warehouse.queries import QUERIES, run_canned
 from warehouse.queries.catalog import paired_test
@@ -29,6 +29,13 @@ def test_pass_rate_interval_covers_the_true_rate(k):
     assert abs(held - 0.95) <= WITHIN, held
     if k > 1:  # the old interval, over attempts as if independent, held it far less often
         assert coverage(wilson_over_attempts, k, tasks=40, runs=RUNS) < 0.8
+
+
+def test_pass_rate_interval_near_zero():
+    """A rate near 0 (p ~ Beta(0.2, 2), 0.09), where p ± t·se under-covers: the Wilson form holds."""
+    held = coverage(clustered_rate_interval, 5, tasks=40, runs=RUNS, shape=NEAR_ZERO)
+    assert abs(held - 0.95) <= WITHIN, held
+    assert coverage(clustered_wald_t, 5, tasks=40, runs=RUNS, shape=NEAR_ZERO) < held - 0.03
 
 
 @pytest.mark.parametrize("k", [1, 5, 10])

@@ -230,6 +230,7 @@ def report() -> str:
             pairs = FEWER.get(test, RUNS)
             lines.append(row(name + ("" if pairs == RUNS else f" ({pairs} pairs)"),
                              lambda t, k: rejections(test, k, lift, t, pairs=pairs)))
+    lines += ["", "README.md's Uncertainty section says which interval and test the queries use, and why."]
     return "\n".join(lines) + "\n"
 
 
