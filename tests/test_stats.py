@@ -133,6 +133,7 @@ def test_clustered_intervals_match_statsmodels(confidence):
     assert clustered_mean_interval([(0.5, 1)]) == (None, None)  # one task: no spread between tasks
 
 
+@pytest.mark.filterwarnings("ignore:Precision loss occurred")  # scipy, on shares that are nearly equal
 def test_paired_t_test_matches_scipy():
     rng = random.Random(3)
     for tasks in (2, 3, 10, 80):

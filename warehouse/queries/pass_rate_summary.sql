@@ -1,21 +1,16 @@
--- pass_rate.sql from the summary table run_task_breakdown: the same columns and rows. Summed
--- per run, agent, raw model and task first, then into the groups asked for, a model by its name
--- without a provider prefix (the expression of warehouse.db.models.MODEL_NAME_SQL). The
--- summaries hold the trials of an unknown task together; each is a cluster of its own, so
+-- pass_rate.sql from the summary table run_task_breakdown: the same columns and rows, one per
+-- group and task. A model is its model_name (MODEL_NAME_SQL, a generated column of both tables).
+-- The summaries hold the trials of an unknown task together; each is a cluster of its own, so
 -- those (few) are read from the trials, through their task_id index. The counts are cast:
--- PostgreSQL sums g's bigints as numeric.
+-- PostgreSQL sums bigints as numeric.
 WITH g AS (
-    SELECT b.run_id, b.agent, b.model, b.task_id, CAST(NULL AS BIGINT) AS trial_id,
-           sum(b.n_trials) AS trials,
-           sum(b.n_successes) AS successes,
-           sum(b.reward_sum) AS reward_sum,
-           sum(b.n_rewards) AS rewards,
-           sum(CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END) AS errors
+    SELECT b.run_id, b.agent, b.model_name, b.task_id, CAST(NULL AS BIGINT) AS trial_id,
+           b.n_trials AS trials, b.n_successes AS successes, b.reward_sum, b.n_rewards AS rewards,
+           CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END AS errors
     FROM run_task_breakdown b
     WHERE b.task_id IS NOT NULL AND {filters}
-    GROUP BY b.run_id, b.agent, b.model, b.task_id
     UNION ALL
-    SELECT tr.run_id, tr.agent, tr.model, tr.task_id, tr.id, 1,
+    SELECT tr.run_id, tr.agent, tr.model_name, tr.task_id, tr.id, 1,
            CASE WHEN tr.reward >= :threshold THEN 1 ELSE 0 END,
            tr.reward,
            CASE WHEN tr.reward IS NULL THEN 0 ELSE 1 END,
@@ -24,10 +19,8 @@ WITH g AS (
     WHERE tr.task_id IS NULL AND {filters_trials}
 )
 SELECT
-    CASE WHEN :by = 'model' THEN substr(g.model, length(rtrim(g.model, replace(g.model, '/', ''))) + 1)
-         WHEN :by = 'agent' THEN g.agent
-         WHEN substr(:by, 1, 6) = 'label:' THEN l.value
-         ELSE r.run_key END AS grp,
+    CASE WHEN :by = 'model' THEN g.model_name WHEN :by = 'agent' THEN g.agent
+         WHEN substr(:by, 1, 6) = 'label:' THEN l.value ELSE r.run_key END AS grp,
     g.task_id,
     CAST(sum(g.trials) AS BIGINT) AS trials,
     CAST(sum(g.successes) AS BIGINT) AS successes,
