@@ -103,31 +103,51 @@ def _wilson(successes, trials):
     return dict(pass_rate_low=low, pass_rate_high=high)
 
 
+def _clustered(tasks, rewards, errors, unknown=0):
+    """pass-rate's row for a group whose known tasks had (successes, attempts) `tasks` and the
+    rewards `rewards` (a list per task), with `unknown` successful trials of unknown task (each a
+    cluster of its own), by the reference implementations (tests/stats_reference.py)."""
+    from stats_reference import mean_interval, rate_interval
+
+    clusters = tasks + [(1, 1)] * unknown
+    successes, trials = sum(s for s, _ in clusters), sum(n for _, n in clusters)
+    low, high = rate_interval(clusters)
+    rewarded = [r for r in rewards + [[1.0]] * unknown if r]
+    reward_low, reward_high = mean_interval(rewarded) if len(rewarded) > 1 else (None, None)
+    return dict(trials=trials, successes=successes, pass_rate=successes / trials, pass_rate_low=low,
+                pass_rate_high=high, mean_reward=sum(map(sum, rewarded)) / sum(map(len, rewarded)), errors=errors,
+                mean_reward_low=reward_low, mean_reward_high=reward_high, n_tasks=len(tasks), n_attempts=trials)
+
+
 def test_pass_rate_by_run_model_agent(url):
-    assert approx_rows(run(url, "pass-rate")) == [
-        dict(run_key="run-a", trials=11, successes=4, pass_rate=4 / 11, **_wilson(4, 11), mean_reward=0.5,
-             errors=1),
-        dict(run_key="run-b", trials=9, successes=2, pass_rate=2 / 9, **_wilson(2, 9), mean_reward=0.25,
-             errors=1),
-        # 2 of 2: the low end is n / (n + z²) = 2 / 5.8415 by hand.
-        dict(run_key="run-c", trials=2, successes=2, pass_rate=1.0, pass_rate_low=2 / (2 + 1.959964 ** 2),
-             pass_rate_high=1.0, mean_reward=1.0, errors=0),
-    ]
-    # m1: run-a's 11 trials, run-b's task3 (2), run-c (2); rewards known: 9 + 2 + 2, sum 4.5 + 1 + 2.
-    assert approx_rows(run(url, "pass-rate", by="model")) == [
-        dict(model="m1", trials=15, successes=7, pass_rate=7 / 15, **_wilson(7, 15), mean_reward=7.5 / 13,
-             errors=1),
-        dict(model="m2", trials=7, successes=1, pass_rate=1 / 7, **_wilson(1, 7), mean_reward=1 / 6, errors=1),
-    ]
-    assert approx_rows(run(url, "pass-rate", by="agent")) == [
-        dict(agent="openhands", trials=2, successes=2, pass_rate=1.0, **_wilson(2, 2), mean_reward=1.0, errors=0),
-        dict(agent="terminus", trials=20, successes=6, pass_rate=0.3, **_wilson(6, 20), mean_reward=6.5 / 17,
-             errors=2),
-    ]
+    """Intervals clustered by task (each trial of an unknown task its own), against statsmodels;
+    Wilson's where every task has one attempt (run-c)."""
+    # Per task (fixture docstring): run-a 2/5, 0/3, 2/2, 0/1; run-b 0/4, 1/3, 1/2; run-c 1/1 and
+    # a trial of unknown task, 1/1.
+    a = _clustered([(2, 5), (0, 3), (2, 2), (0, 1)], [[1, 0, 1, 0, 0], [0.5, 0], [1, 1], []], errors=1)
+    b = _clustered([(0, 4), (1, 3), (1, 2)], [[0, 0, 0, 0], [1, 0], [1, 0]], errors=1)
+    c = _clustered([(1, 1)], [[1]], errors=0, unknown=1)
+    assert run(url, "pass-rate") == approx_rows([dict(run_key="run-a", **a), dict(run_key="run-b", **b),
+                                                              dict(run_key="run-c", **c)])
+    assert (a["mean_reward"], b["mean_reward"]) == (0.5, 0.25)
+    assert a["pass_rate_high"] - a["pass_rate_low"] > 1.5 * (_wilson(4, 11)["pass_rate_high"] - _wilson(4, 11)["pass_rate_low"])
+    # 2 of 2 on one attempt per task: Wilson's, whose low end is n / (n + z²) = 2 / 5.8415 by hand.
+    assert (c["pass_rate_low"], c["pass_rate_high"]) == (pytest.approx(2 / (2 + 1.959964 ** 2)), 1.0)
+    # m1: run-a's tasks with run-c's task1 and run-b's task3 in them, run-c's unknown trial.
+    m1 = _clustered([(3, 6), (0, 3), (3, 4), (0, 1)], [[1, 0, 1, 0, 0, 1], [0.5, 0], [1, 1, 1, 0], []], errors=1,
+                    unknown=1)
+    m2 = _clustered([(0, 4), (1, 3)], [[0, 0, 0, 0], [1, 0]], errors=1)
+    assert run(url, "pass-rate", by="model") == approx_rows([dict(model="m1", **m1), dict(model="m2", **m2)])
+    assert (m1["trials"], m1["successes"], m1["mean_reward"]) == (15, 7, 7.5 / 13)
+    terminus = _clustered([(2, 9), (1, 6), (3, 4), (0, 1)], [[1, 0, 1, 0, 0, 0, 0, 0, 0], [0.5, 0, 1, 0], [1, 1, 1, 0], []],
+                          errors=2)
+    openhands = _clustered([(1, 1)], [[1]], errors=0, unknown=1)
+    assert run(url, "pass-rate", by="agent") == approx_rows(
+        [dict(agent="openhands", **openhands), dict(agent="terminus", **terminus)])
     # A wider interval at a higher confidence, the same rate.
     [wide] = [r for r in run(url, "pass-rate", confidence=0.99) if r["run_key"] == "run-a"]
-    assert wide["pass_rate_low"] < _wilson(4, 11)["pass_rate_low"] < 4 / 11
-    assert wide["pass_rate_high"] > _wilson(4, 11)["pass_rate_high"]
+    assert wide["pass_rate_low"] < a["pass_rate_low"] < 4 / 11
+    assert wide["pass_rate_high"] > a["pass_rate_high"]
 
 
 def test_pass_rate_rejects_an_unknown_grouping(url):
@@ -243,16 +263,31 @@ def test_compare_threshold(url):
 
 def test_compare_test(url):
     # Shared tasks: task1, task2, task3 (run-b never tried task4). run-b gained task2 and lost task1.
+    # Several attempts per task: the paired t-test on the tasks' shares, whose differences
+    # B - A are -0.4, 1/3 and -0.5 (scipy's one-sample t-test of them is the reference).
+    from scipy import stats as scipy_stats
+
     [row] = run(url, "compare-test", a="run-a", b="run-b")
     assert approx_rows([row]) == [dict(
-        a="run-a", b="run-b", shared=3, gained=1, lost=1, p_value=1.0,
+        a="run-a", b="run-b", shared=3, gained=1, lost=1,
+        p_value=scipy_stats.ttest_1samp([-0.4, 1 / 3, -0.5], 0).pvalue,
         pass_rate_a=(2 / 5 + 0 / 3 + 2 / 2) / 3, pass_rate_b=(0 / 4 + 1 / 3 + 1 / 2) / 3,
         diff=(0 / 4 + 1 / 3 + 1 / 2 - 2 / 5 - 0 / 3 - 2 / 2) / 3,
-        diff_low=row["diff_low"], diff_high=row["diff_high"], verdict="too few shared tasks")]
+        diff_low=row["diff_low"], diff_high=row["diff_high"], verdict="too few shared tasks",
+        test="paired t", discordant=3, only_a=1, only_b=0)]
     # The per-task differences are -0.4, 1/3 and -0.5: every resample's mean lies within them.
     assert -0.5 <= row["diff_low"] < row["diff"] < row["diff_high"] <= 1 / 3
-    [alone] = run(url, "compare-test", a="run-a", b="run-c")  # task1 only
+    [alone] = run(url, "compare-test", a="run-a", b="run-c")  # task1 only; run-c's other trial has no task
     assert (alone["shared"], alone["gained"], alone["lost"], alone["verdict"]) == (1, 0, 0, "too few shared tasks")
+    assert (alone["only_a"], alone["only_b"], alone["p_value"]) == (3, 0, 1.0)
+    # --tasks: the tasks whose share differs, and those one run alone attempted.
+    assert approx_rows(run(url, "compare-test", a="run-a", b="run-b", tasks=True)) == approx_rows([
+        dict(task="task1", a_attempts=5, a_successes=2, b_attempts=4, b_successes=0, diff=-0.4, kind="A higher"),
+        dict(task="task2", a_attempts=3, a_successes=0, b_attempts=3, b_successes=1, diff=1 / 3, kind="B higher"),
+        dict(task="task3", a_attempts=2, a_successes=2, b_attempts=2, b_successes=1, diff=-0.5, kind="A higher"),
+        dict(task="task4", a_attempts=1, a_successes=0, b_attempts=0, b_successes=0, diff=None, kind="only A")])
+    assert [r["kind"] for r in run(url, "compare-test", a="run-b", b="run-a", tasks=True)][-1] == "only B"
+    assert run(url, "compare-test", a="run-a", b="run-a", tasks=True) == []
 
 
 def test_compare_needs_existing_runs(url):
@@ -349,8 +384,9 @@ def test_cli_compare_verdict(url):
     table = cli(url, "query", "compare", "--a", "run-a", "--b", "run-b")
     assert table.returncode == 0 and "task4" in table.stdout
     assert table.stderr.splitlines() == [
-        "compare: too few shared tasks: 3 shared tasks, B gained 1 and lost 1 (McNemar exact p = 1); "
-        "pass rate B - A = -0.189, 95% interval -0.500 to +0.333 (paired bootstrap, 2000 resamples, seed 0)"]
+        "compare: too few shared tasks: 3 shared tasks (1 only in A, 0 only in B), 3 differ, B gained 1 and "
+        "lost 1 (paired t p = 0.547); pass rate B - A = -0.189, 95% interval -0.500 to +0.333 (paired bootstrap, "
+        "2000 resamples, seed 0)"]
     test = cli(url, "query", "compare-test", "--a", "run-a", "--b", "run-b", "--format", "json")
     assert test.returncode == 0 and test.stderr == ""
     assert [(r["shared"], r["verdict"]) for r in json.loads(test.stdout)] == [(3, "too few shared tasks")]

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from statsmodels.stats.proportion import proportion_confint
 
 from ingest.shape.records import Episode, Trial, Turn
 from ingest.write import writer
@@ -25,10 +24,6 @@ from sqlalchemy import text
 from procs import CLI, run_cli
 from warehouse.report import CHARTS, natural_key, run_titles
 from warehouse.runs import set_labels
-
-def wilson(successes: int, n: int) -> tuple[float, float]:
-    """The reference: statsmodels' Wilson interval at 95 %."""
-    return proportion_confint(successes, n, alpha=0.05, method="wilson")
 
 
 REQUIRE_BROWSER = bool(os.environ.get("CI") or os.environ.get("WAREHOUSE_REQUIRE_BROWSER"))
@@ -73,6 +68,19 @@ def sweep_trials() -> dict[str, tuple[str, list[Trial]]]:
                     episodes=[Episode(episode_index=0, turns=_turns(n_turns, f"step {step} task {j}"))]))
         runs[key] = (f"ckpt-{step}", trials)
     return runs
+
+
+def clustered(runs: list[int]) -> tuple[float, float]:
+    """pass-rate's interval for the sweep's runs (their indices) pooled, by the reference
+    implementation: a task's attempts in them are one cluster."""
+    from stats_reference import rate_interval
+
+    sweep, cells = list(sweep_trials().values()), {}
+    for r in runs:
+        for trial in sweep[r][1]:
+            successes, attempts = cells.get(trial.task_name, (0, 0))
+            cells[trial.task_name] = (successes + (trial.reward == 1.0), attempts + 1)
+    return rate_interval(list(cells.values()))
 
 
 def build_sweep(engine) -> None:
@@ -201,7 +209,7 @@ def test_report_of_a_sweep_draws_every_chart_offline(sweep, opened, tmp_path):
     [curve] = charts["pass-rate"]["data"]
     assert curve["x"] == names
     assert curve["y"] == pytest.approx([0.1, 0.3, 0.5, 0.7, 0.9])
-    intervals = [wilson(1 * 4 + 8 * r, 40) for r in range(5)]  # (1 + 2r) of 10 tasks, 4 attempts each
+    intervals = [clustered([r]) for r in range(5)]  # (1 + 2r) of 10 tasks' 4 attempts each
     assert curve["error_y"]["arrayminus"] == pytest.approx([p - low for p, (low, _) in zip(curve["y"], intervals)])
     assert curve["error_y"]["array"] == pytest.approx([high - p for p, (_, high) in zip(curve["y"], intervals)])
 
@@ -254,7 +262,7 @@ def test_by_label_draws_the_curve_in_the_label_order(sweep, opened, tmp_path):
     assert curve["x"] == ["3e-5", "(none)"]
     assert curve["y"] == pytest.approx([(28 + 36) / 80, (4 + 12 + 20) / 120])
     lows, highs = curve["error_y"]["arrayminus"], curve["error_y"]["array"]
-    expected = [wilson(64, 80), wilson(36, 120)]
+    expected = [clustered([3, 4]), clustered([0, 1, 2])]
     assert [y - low for y, low in zip(curve["y"], lows)] == pytest.approx([low for low, _ in expected])
     assert [y + high for y, high in zip(curve["y"], highs)] == pytest.approx([high for _, high in expected])
 

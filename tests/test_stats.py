@@ -18,8 +18,9 @@ from statsmodels.stats.proportion import proportion_confint
 from ingest.write import writer
 from query_fixture import _trial, cli
 from warehouse.queries import QUERIES, run_canned
-from warehouse.queries.stats import (_Binomial, bootstrap_counts, mcnemar_exact, normal_quantile,
-                                     percentile_interval, wilson_interval)
+from warehouse.queries.stats import (_Binomial, bootstrap_counts, clustered_mean_interval, clustered_rate_interval,
+                                     mcnemar_exact, normal_quantile, paired_t_test, percentile_interval, t_quantile,
+                                     t_sf, wilson_interval)
 
 # --- Wilson ------------------------------------------------------------------------------------
 
@@ -91,6 +92,59 @@ def test_mcnemar_matches_scipy_and_statsmodels():
         assert mcnemar_exact(lost, gained) == mcnemar_exact(gained, lost)
 
 
+# --- Student's t and the clustered intervals ----------------------------------------------------
+
+
+def test_t_distribution_matches_scipy():
+    for df in (1, 2, 3, 4, 9, 19, 39, 199, 5000):
+        for p in (1e-6, 0.005, 0.025, 0.1, 0.5, 0.8, 0.975, 0.995):
+            assert t_quantile(p, df) == pytest.approx(scipy_stats.t.ppf(p, df), rel=1e-9, abs=1e-12), (p, df)
+        for t in (-4.0, -1.0, 0.0, 0.5, 2.0, 2.5, 12.0):
+            assert t_sf(t, df) == pytest.approx(scipy_stats.t.sf(t, df), rel=1e-9, abs=1e-15), (t, df)
+
+
+def _random_clusters(rng: random.Random, tasks: int, k_max: int) -> list[tuple[int, int]]:
+    sizes = [rng.randint(1, k_max) for _ in range(tasks)]
+    return [(sum(rng.random() < p for _ in range(n)), n) for n, p in zip(sizes, (rng.random() for _ in sizes))]
+
+
+@pytest.mark.parametrize("confidence", [0.8, 0.95, 0.99])
+def test_clustered_intervals_match_statsmodels(confidence):
+    from stats_reference import mean_interval, rate_interval
+
+    rng = random.Random(7)
+    for tasks, k_max in [(2, 3), (3, 5), (10, 1), (10, 4), (40, 10), (200, 2)]:
+        for _ in range(5):
+            clusters = _random_clusters(rng, tasks, k_max)
+            want = rate_interval(clusters, confidence)
+            got = clustered_rate_interval(clusters, confidence)
+            assert got == (pytest.approx(want[0], abs=1e-9), pytest.approx(want[1], abs=1e-9)), clusters
+            rewards = [[rng.random() for _ in range(n)] for _, n in clusters]
+            want = mean_interval(rewards, confidence)
+            got = clustered_mean_interval([(math.fsum(r), len(r)) for r in rewards], confidence)
+            assert got == (pytest.approx(want[0], rel=1e-9), pytest.approx(want[1], rel=1e-9))
+    # One attempt per task: Wilson's interval, exactly.
+    assert clustered_rate_interval([(1, 1), (0, 1), (1, 1)]) == wilson_interval(2, 3)
+    # Every attempt failed: no spread to measure, so Wilson's for 0 of the 3 tasks, not of 12 attempts.
+    from stats_reference import wilson_at
+
+    z = scipy_stats.t.ppf(0.975, 2)
+    assert clustered_rate_interval([(0, 4)] * 3) == (0.0, pytest.approx(wilson_at(0.0, 3, z)[1]))
+    assert clustered_mean_interval([(0.5, 1)]) == (None, None)  # one task: no spread between tasks
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss occurred")  # scipy, on shares that are nearly equal
+def test_paired_t_test_matches_scipy():
+    rng = random.Random(3)
+    for tasks in (2, 3, 10, 80):
+        for _ in range(10):
+            a, b = [rng.randint(0, 5) / 5 for _ in range(tasks)], [rng.randint(0, 5) / 5 for _ in range(tasks)]
+            want = scipy_stats.ttest_rel(b, a).pvalue
+            got = paired_t_test([y - x for x, y in zip(a, b)])
+            assert got == (1.0 if math.isnan(want) else pytest.approx(want, rel=1e-9)), (a, b)
+    assert paired_t_test([0.0] * 10) == 1.0  # no difference at all (scipy: nan)
+
+
 # --- the bootstrap's draws -----------------------------------------------------------------------
 
 
@@ -127,10 +181,11 @@ def test_percentile_interval():
 # --- seeded runs: by chance and by construction ----------------------------------------------------
 
 TASKS, ATTEMPTS = 80, 2
+SHARES = "paired t-test on the tasks' success shares"
 
 
-def paired_runs(engine, seed: int, lift: float) -> None:
-    """Runs "run-a" and "run-b" over the same TASKS tasks, ATTEMPTS attempts each: every task's
+def paired_runs(engine, seed: int, lift: float, attempts: int = ATTEMPTS) -> None:
+    """Runs "run-a" and "run-b" over the same TASKS tasks, `attempts` attempts each: every task's
     chance of success drawn once (its difficulty, 0.1 to 0.7), and each attempt's outcome drawn
     with it, by random.Random(seed). B's chance is A's plus `lift`: with 0 the runs differ by
     chance alone."""
@@ -138,7 +193,7 @@ def paired_runs(engine, seed: int, lift: float) -> None:
     difficulty = [rng.uniform(0.1, 0.7) for _ in range(TASKS)]
     trials = [_trial(run, f"t{t:03d}__{run}{i}", f"t{t:03d}", float(rng.random() < chance + extra))
               for run, extra in (("run-a", 0.0), ("run-b", lift))
-              for t, chance in enumerate(difficulty) for i in range(ATTEMPTS)]
+              for t, chance in enumerate(difficulty) for i in range(attempts)]
     source = writer.ensure_source(engine, "parquet", f"/paired/{seed}", f"paired-{seed}")
     with writer.unit(engine, source, "unit", f"hash-{seed}") as u:
         u.add_trials(trials)
@@ -152,42 +207,63 @@ def compare_test(db_url: str, a: str = "run-a", b: str = "run-b", **given) -> di
     return dict(zip(summarized.columns, summarized.rows[0]))
 
 
+def task_shares(db_url: str) -> tuple[list[float], list[float]]:
+    """Each shared task's share of successful attempts in run-a and in run-b."""
+    rows = run_canned(db_url, QUERIES["compare"], {"a": "run-a", "b": "run-b"}).rows
+    return [a_c / a_n for _, a_n, a_c, _, _, _ in rows], [b_c / b_n for _, _, _, b_n, b_c, _ in rows]
+
+
 def test_compare_by_chance_is_not_significant(engine, db_url):
     paired_runs(engine, seed=3, lift=0.0)
     row = compare_test(db_url)
     assert row["shared"] == TASKS and row["gained"] + row["lost"] >= 6
+    assert row["test"] == "paired t" and row["discordant"] >= 6 and (row["only_a"], row["only_b"]) == (0, 0)
+    assert row["p_value"] == pytest.approx(scipy_stats.ttest_rel(*reversed(task_shares(db_url))).pvalue, rel=1e-9)
     assert row["p_value"] > 0.05
-    assert row["verdict"] == "no significant difference"
+    assert row["verdict"] == f"no significant difference ({SHARES})"
     assert row["diff_low"] < 0 < row["diff_high"]  # the interval holds no difference
 
 
 def test_compare_by_construction_is_significant(engine, db_url):
     paired_runs(engine, seed=3, lift=0.3)
     row = compare_test(db_url)
+    assert row["p_value"] == pytest.approx(scipy_stats.ttest_rel(*reversed(task_shares(db_url))).pvalue, rel=1e-9)
     assert row["p_value"] < 0.05 and row["gained"] > row["lost"]
-    assert row["verdict"] == "B better"
+    assert row["verdict"] == f"B better ({SHARES})"
     assert 0 < row["diff_low"] < row["diff"] < row["diff_high"]
     swapped = compare_test(db_url, a="run-b", b="run-a")
     assert (swapped["gained"], swapped["lost"]) == (row["lost"], row["gained"])
-    assert swapped["p_value"] == row["p_value"] and swapped["verdict"] == "A better"
+    assert swapped["p_value"] == row["p_value"] and swapped["verdict"] == f"A better ({SHARES})"
     assert swapped["diff"] == pytest.approx(-row["diff"])
     # The CLI's table of compare ends with the verdict on stderr, in one line.
     done = cli(db_url, "query", "compare", "--a", "run-a", "--b", "run-b", "--flipped")
     assert done.returncode == 0, done.stderr
     [line] = done.stderr.splitlines()
-    assert line.startswith(f"compare: B better: {TASKS} shared tasks, B gained {row['gained']} and lost ")
-    assert "2000 resamples, seed 0" in line
+    assert line.startswith(f"compare: B better ({SHARES}): {TASKS} shared tasks (0 only in A, 0 only in B), "
+                           f"{row['discordant']} differ, B gained {row['gained']} and lost ")
+    assert f"(paired t p = {row['p_value']:.3g})" in line and "2000 resamples, seed 0" in line
     as_json = cli(db_url, "query", "compare", "--a", "run-a", "--b", "run-b", "--format", "json")
     assert as_json.returncode == 0 and as_json.stderr == ""  # for a program, the rows alone
     assert len(json.loads(as_json.stdout)) == TASKS
 
 
+@pytest.mark.parametrize("lift", [0.0, 0.3])
+def test_compare_with_one_attempt_per_task_is_mcnemar(engine, db_url, lift):
+    """One attempt per task in both runs: McNemar's exact test on gained against lost."""
+    paired_runs(engine, seed=5, lift=lift, attempts=1)
+    row = compare_test(db_url)
+    assert row["test"] == "mcnemar" and row["discordant"] == row["gained"] + row["lost"]
+    assert row["p_value"] == pytest.approx(mcnemar_exact(row["gained"], row["lost"]), rel=1e-9)
+    verdict = "B better" if lift else "no significant difference"
+    assert (row["p_value"] < 0.05) == bool(lift) and row["verdict"] == f"{verdict} (McNemar on the tasks solved)"
+
+
 def test_compare_a_run_with_itself(engine, db_url):
     paired_runs(engine, seed=3, lift=0.0)
     row = compare_test(db_url, a="run-a", b="run-a")
-    assert (row["shared"], row["gained"], row["lost"], row["p_value"]) == (TASKS, 0, 0, 1.0)
+    assert (row["shared"], row["gained"], row["lost"], row["discordant"], row["p_value"]) == (TASKS, 0, 0, 0, 1.0)
     assert (row["diff"], row["diff_low"], row["diff_high"]) == (0.0, 0.0, 0.0)
-    assert row["verdict"] == "too few discordant tasks"
+    assert row["verdict"] == f"too few discordant tasks ({SHARES})"
 
 
 def _naive_interval(values: list[float], resamples: int, confidence: float, seed: int) -> tuple[float, float]:

@@ -44,6 +44,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "compare": ("warehouse query compare 9f8c2915 b421acf4",
                 "warehouse query compare 9f8c2915 b421acf4 --flipped --task 'fix-*'"),
     "compare-test": ("warehouse query compare-test 9f8c2915 b421acf4",
+                     "warehouse query compare-test 9f8c2915 b421acf4 --tasks",
                      "warehouse query compare-test 9f8c2915 b421acf4 --confidence 0.9 --seed 1"),
     "failures": ("warehouse query failures", "warehouse query failures --format csv"),
     "lengths": ("warehouse query lengths", "warehouse query lengths --format json"),

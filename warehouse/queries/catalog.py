@@ -9,6 +9,7 @@ is unknown. Every query can be narrowed by --run, --task, --model, --agent and -
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -23,8 +24,9 @@ from warehouse.errors import ArgumentValueError
 from warehouse.filters import Filters
 from warehouse.queries.power import COLUMNS as POWER_COLUMNS, check_design, power_row
 from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, reads_more, run_canned, sql_file
-from warehouse.queries.stats import (bootstrap_counts, interpolate, mcnemar_exact, pass_at_k, percentile,
-                                     percentile_interval, percentile_ranks, wilson_interval)
+from warehouse.queries.stats import (bootstrap_counts, clustered_mean, clustered_mean_interval, clustered_rate_interval,
+                                     interpolate, mcnemar_exact, pass_at_k, percentile, percentile_interval,
+                                     percentile_ranks, paired_t_test)
 from warehouse.runs import label_sort_key
 
 THRESHOLD = Param(
@@ -89,13 +91,25 @@ def _grouped(by: str, rows: Rows) -> tuple[str, Rows]:
 
 def _pass_rate_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
                     ) -> tuple[list[str], Rows]:
+    """pass_rate.sql's rows, one per group and task (a cluster), as one row per group with its
+    intervals: clustered by task (stats.clustered_rate_interval, clustered_mean_interval)."""
     confidence, _ = _uncertainty(values)
     name, rows = _grouped(values["by"], rows)
-    at = columns.index("pass_rate") + 1
-    named = [name if c == "grp" else c for c in columns]
-    trials, successes = columns.index("trials"), columns.index("successes")
-    return named[:at] + ["pass_rate_low", "pass_rate_high"] + named[at:], [
-        row[:at] + wilson_interval(int(row[successes]), int(row[trials]), confidence) + row[at:] for row in rows]
+    out = []
+    for group, cells in groupby(rows, key=lambda row: row[0]):
+        # PostgreSQL sums bigints as numeric: counts come as Decimals there.
+        clusters = [(int(trials), int(successes), float(reward_sum or 0), int(rewards), int(errors), task)
+                    for _, task, trials, successes, reward_sum, rewards, errors in cells]
+        trials = sum(c[0] for c in clusters)
+        successes = sum(c[1] for c in clusters)
+        rewards = [(reward_sum, n) for _, _, reward_sum, n, _, _ in clusters if n]
+        mean_reward, _ = clustered_mean(rewards)
+        out.append((group, trials, successes, successes / trials,
+                    *clustered_rate_interval([(s, n) for n, s, *_ in clusters], confidence),
+                    mean_reward, sum(c[4] for c in clusters), *clustered_mean_interval(rewards, confidence),
+                    sum(1 for c in clusters if c[5] is not None), trials))
+    return [name, "trials", "successes", "pass_rate", "pass_rate_low", "pass_rate_high", "mean_reward", "errors",
+            "mean_reward_low", "mean_reward_high", "n_tasks", "n_attempts"], out
 
 
 def _mean(scores: list[float | None], weights: Sequence[int]) -> float | None:
@@ -157,49 +171,98 @@ def _compare_post(columns: list[str], rows: Rows, values: Mapping[str, Any], rea
 
 
 _COMPARE_TEST_COLUMNS = ["a", "b", "shared", "gained", "lost", "p_value", "pass_rate_a", "pass_rate_b",
-                         "diff", "diff_low", "diff_high", "verdict"]
+                         "diff", "diff_low", "diff_high", "verdict", "test", "discordant", "only_a", "only_b"]
+_COMPARE_TASKS_COLUMNS = ["task", "a_attempts", "a_successes", "b_attempts", "b_successes", "diff", "kind"]
+
+# What each test compares, for the verdict.
+_TESTED = {"mcnemar": "McNemar on the tasks solved", "paired t": "paired t-test on the tasks' success shares"}
+
+
+def paired_test(shared: Sequence[tuple[int, int, int, int]], confidence: float) -> tuple[str, float, str]:
+    """compare-test's test of B against A on the shared tasks, each (a_attempts, a_successes,
+    b_attempts, b_successes): the test's name, its p-value and the verdict. McNemar's exact test
+    on the tasks solved (an attempt succeeded) when every task has one attempt in both runs (then
+    a task's share is whether it was solved); else the paired t-test on the tasks' shares of
+    successful attempts, B's minus A's (STATISTICS.md measures both tests' error rates)."""
+    level = 1 - confidence
+    if all(a_n == 1 and b_n == 1 for a_n, _, b_n, _ in shared):
+        test = "mcnemar"
+        gained = sum(1 for _, a_c, _, b_c in shared if a_c == 0 and b_c > 0)
+        lost = sum(1 for _, a_c, _, b_c in shared if a_c > 0 and b_c == 0)
+        p_value, direction = mcnemar_exact(gained, lost), gained - lost
+        discordant = gained + lost
+    else:
+        test = "paired t"
+        differences = [b_c / b_n - a_c / a_n for a_n, a_c, b_n, b_c in shared]
+        discordant = sum(1 for d in differences if d)
+        p_value = paired_t_test(differences) if len(shared) > 1 else 1.0
+        direction = math.fsum(differences)
+    if len(shared) < MIN_SHARED_TASKS:
+        return test, p_value, "too few shared tasks"
+    # Even every discordant task going one way would not be significant by the sign test: with
+    # so few, a t statistic rests on the tasks that did not differ.
+    if mcnemar_exact(discordant, 0) > level:
+        outcome = "too few discordant tasks"
+    elif p_value < level:
+        outcome = "B better" if direction > 0 else "A better"
+    else:
+        outcome = "no significant difference"
+    return test, p_value, f"{outcome} ({_TESTED[test]})"
 
 
 def _compare_test_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
                        ) -> tuple[list[str], Rows]:
-    """compare's per-task rows as one row: McNemar's exact test and the paired bootstrap."""
+    """compare's per-task rows as one row: paired_test and the paired bootstrap (or, --tasks,
+    the tasks that differ)."""
     confidence, _ = _uncertainty(values)
     # PostgreSQL sums bigints as numeric: counts come as Decimals there.
-    shared = [(int(a_n), int(a_c), int(b_n), int(b_c)) for _, a_n, a_c, b_n, b_c, _ in rows if a_n and b_n]
+    cells = [(task, int(a_n), int(a_c), int(b_n), int(b_c)) for task, a_n, a_c, b_n, b_c, _ in rows]
+    if values["tasks"]:
+        return _COMPARE_TASKS_COLUMNS, [_task_difference(*cell) for cell in cells
+                                        if not (cell[1] and cell[3]) or cell[4] / cell[3] != cell[2] / cell[1]]
+    shared = [(a_n, a_c, b_n, b_c) for _, a_n, a_c, b_n, b_c in cells if a_n and b_n]
+    only_a = sum(1 for _, a_n, _, b_n, _ in cells if a_n and not b_n)
+    only_b = sum(1 for _, a_n, _, b_n, _ in cells if b_n and not a_n)
     gained = sum(1 for _, a_c, _, b_c in shared if a_c == 0 and b_c > 0)
     lost = sum(1 for _, a_c, _, b_c in shared if a_c > 0 and b_c == 0)
-    p_value = mcnemar_exact(gained, lost)
+    test, p_value, verdict = paired_test(shared, confidence)
     # A task's pass rate is its share of successful attempts; a run's, their mean over the
     # shared tasks. The difference B - A is resampled over the tasks, as pairs, from the cells of
     # tasks with one difference (sorted, so the draws do not depend on the tasks' order).
-    cells = sorted(Counter(b_c / b_n - a_c / a_n for a_n, a_c, b_n, b_c in shared).items())
-    differences, weights = [d for d, _ in cells], [tasks for _, tasks in cells]
+    counted = Counter(b_c / b_n - a_c / a_n for a_n, a_c, b_n, b_c in shared)
+    differences, weights = sorted(counted), [counted[d] for d in sorted(counted)]
     rate_a = sum(a_c / a_n for a_n, a_c, _, _ in shared) / len(shared) if shared else None
     rate_b = sum(b_c / b_n for _, _, b_n, b_c in shared) / len(shared) if shared else None
     [(low, high)] = _bootstrap_means([differences], weights, values, random.Random(values["seed"]))
-    level = 1 - confidence
-    if len(shared) < MIN_SHARED_TASKS:
-        verdict = "too few shared tasks"
-    elif mcnemar_exact(gained + lost, 0) > level:  # even all going one way would not be significant
-        verdict = "too few discordant tasks"
-    elif p_value < level:
-        verdict = "B better" if gained > lost else "A better"
-    else:
-        verdict = "no significant difference"
+    discordant = sum(weight for d, weight in zip(differences, weights) if d)
     return _COMPARE_TEST_COLUMNS, [(values["a"], values["b"], len(shared), gained, lost, p_value,
-                                    rate_a, rate_b, _mean(differences, weights), low, high, verdict)]
+                                    rate_a, rate_b, _mean(differences, weights), low, high, verdict,
+                                    test, discordant, only_a, only_b)]
+
+
+def _task_difference(task: str, a_n: int, a_c: int, b_n: int, b_c: int) -> tuple[Any, ...]:
+    """compare-test --tasks: a task whose share of successful attempts differs, or that one run
+    alone attempted."""
+    if not b_n:
+        return task, a_n, a_c, b_n, b_c, None, "only A"
+    if not a_n:
+        return task, a_n, a_c, b_n, b_c, None, "only B"
+    diff = b_c / b_n - a_c / a_n
+    return task, a_n, a_c, b_n, b_c, diff, "B higher" if diff > 0 else "A higher"
 
 
 def _compare_footnote(url: URL | str, values: Mapping[str, Any], filters: Filters, timeout: float) -> str:
     """compare-test's row in one line, for a reader of compare's table (narrowed alike)."""
     test = QUERIES["compare-test"]
-    given = test.values({p.name: values[p.name] for p in test.params})
+    given = test.values({p.name: values[p.name] for p in test.params if p.name in values})
     result = run_canned(url, test, given, filters=filters, timeout=timeout)
     row = dict(zip(result.columns, result.rows[0]))
     if not row["shared"]:
         return "compare: the runs share no task"
-    return (f"compare: {row['verdict']}: {row['shared']} shared tasks, B gained {row['gained']} and lost "
-            f"{row['lost']} (McNemar exact p = {row['p_value']:.3g}); pass rate B - A = {row['diff']:+.3f}, "
+    name = {"mcnemar": "McNemar exact", "paired t": "paired t"}[row["test"]]
+    return (f"compare: {row['verdict']}: {row['shared']} shared tasks ({row['only_a']} only in A, "
+            f"{row['only_b']} only in B), {row['discordant']} differ, B gained {row['gained']} and lost "
+            f"{row['lost']} ({name} p = {row['p_value']:.3g}); pass rate B - A = {row['diff']:+.3f}, "
             f"{given['confidence'] * 100:g}% interval {row['diff_low']:+.3f} to {row['diff_high']:+.3f} "
             f"(paired bootstrap, {given['resamples']} resamples, seed {given['seed']})")
 
@@ -300,10 +363,14 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             "grouped by run, model, agent or a run label.\n\n"
             "--by label:KEY groups the runs by their label KEY (a sweep's step=…), in the label's "
             "order, numbers as numbers; runs without the label make the last group (empty).\n\n"
-            "pass_rate_low and pass_rate_high bound the pass rate at --confidence (default 0.95): "
-            "the Wilson score interval for successes out of trials, which treats the trials as "
-            "independent. Attempts at one task are alike, so a run with many per task is surer of "
-            "this than it should be: pass-at-k's pass@1 interval resamples tasks instead."
+            "pass_rate is successes over attempts (trials). n_tasks counts the group's tasks, "
+            "n_attempts its trials. pass_rate_low and pass_rate_high bound it at --confidence "
+            "(default 0.95) for tasks like these: a task's attempts are one cluster (a trial whose "
+            "task is unknown, one of its own). With one attempt per task, the Wilson score "
+            "interval; else Wilson's at the effective number of attempts p(1-p)/se², se the "
+            "cluster-robust standard error, with Student's t at (tasks - 1) degrees of freedom. "
+            "mean_reward_low/_high bound mean_reward: mean ± t · se, se clustered alike (empty "
+            "under two tasks with a reward)."
         ),
         params=(
             Param("by", str, "run", "Group by run, model, agent or label:KEY.", choices=("run", "model", "agent"),
@@ -315,7 +382,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         post=_pass_rate_post,
         summary_sql=sql_file("pass_rate_summary"),
         filter_slots={"filters": _trial_columns("tr")},
-        summary_filter_slots={"filters": _trial_columns("b")},
+        summary_filter_slots={"filters": _trial_columns("b"), "filters_trials": _trial_columns("tr")},
     ),
     CannedQuery(
         name="solve-matrix",
@@ -393,19 +460,26 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         description=(
             "Is B better than A, or is the gap noise? A paired test over the tasks both runs "
             "attempted, in one row.\n\n"
-            "shared counts those tasks; gained and lost the ones B solved and A did not, and the "
-            "reverse (a run solves a task when an attempt succeeded). p_value is McNemar's exact "
-            "test: two-sided, the chance of a split of the gained + lost tasks at least this uneven "
-            "if each went either way with chance 1/2. pass_rate_a/_b are the runs' mean share of "
-            "successful attempts over the shared tasks; diff is B - A, and diff_low/diff_high its "
-            "interval at --confidence (default 0.95): the paired bootstrap, the shared tasks "
-            "resampled with replacement --resamples times (default 2000) from a generator seeded "
-            "with --seed (default 0).\n\n"
+            "shared counts those tasks, only_a and only_b the tasks one run alone attempted (left "
+            "out of the test); gained and lost the shared ones B solved and A did not, and the "
+            "reverse (a run solves a task when an attempt succeeded); discordant the shared tasks "
+            "whose share of successful attempts differs. test names the test p_value is of: "
+            "'mcnemar' when every shared task has one attempt in both runs (McNemar's exact test on "
+            "gained against lost, two-sided), else 'paired t' (the paired t-test of the tasks' "
+            "shares, B's minus A's, two-sided, T - 1 degrees of freedom). pass_rate_a/_b are the "
+            "runs' mean share of successful attempts over the shared tasks; diff is B - A, and "
+            "diff_low/diff_high its interval at --confidence (default 0.95): the paired bootstrap, the "
+            "shared tasks resampled with replacement --resamples times (default 2000) from a "
+            "generator seeded with --seed (default 0).\n\n"
             "verdict: 'too few shared tasks' under 10; 'too few discordant tasks' when even every "
-            "one of gained + lost going one way would not be significant (under 6 at 0.95); else "
-            "'B better' or 'A better' when p_value < 1 - confidence, or 'no significant difference'."
+            "discordant task going one way would not be significant (under 6 at 0.95); else 'B "
+            "better' or 'A better' when p_value < 1 - confidence, or 'no significant difference'; "
+            "followed by what was tested, e.g. '(paired t-test on the tasks' success shares)'.\n\n"
+            "--tasks lists the tasks instead: each whose share differs (kind 'B higher' or 'A "
+            "higher', diff B's share minus A's) and each one run alone attempted ('only A', 'only B')."
         ),
-        params=(RUN_A, RUN_B, THRESHOLD, CONFIDENCE, RESAMPLES, SEED),
+        params=(RUN_A, RUN_B, Param("tasks", bool, False, "List the tasks that differ or one run alone attempted."),
+                THRESHOLD, CONFIDENCE, RESAMPLES, SEED),
         sql=sql_file("compare"),
         post=_compare_test_post,
         summary_sql=sql_file("compare_summary"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 from bisect import bisect
+from functools import lru_cache
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
 
@@ -67,15 +68,19 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95
     (None, None) with no trials."""
     if trials == 0:
         return None, None
-    z = normal_quantile(1 - (1 - confidence) / 2)
+    return _wilson(successes / trials, trials, normal_quantile(1 - (1 - confidence) / 2))
+
+
+def _wilson(rate: float, n: float, z: float) -> tuple[float, float]:
+    """wilson_interval for a rate seen over n (which may be an effective size, not a count),
+    at the quantile z."""
     z2 = z * z
-    rate = successes / trials
-    scale = 1 + z2 / trials
-    centre = (rate + z2 / (2 * trials)) / scale
-    half = z / scale * math.sqrt(rate * (1 - rate) / trials + z2 / (4 * trials * trials))
-    # At 0 or 1 successes the bound is exactly the rate; arithmetic would leave a hair off.
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == trials else min(1.0, centre + half)
+    scale = 1 + z2 / n
+    centre = (rate + z2 / (2 * n)) / scale
+    half = z / scale * math.sqrt(rate * (1 - rate) / n + z2 / (4 * n * n))
+    # At a rate of 0 or 1 the bound is exactly the rate; arithmetic would leave a hair off.
+    low = 0.0 if rate == 0 else max(0.0, centre - half)
+    high = 1.0 if rate == 1 else min(1.0, centre + half)
     return low, high
 
 
@@ -178,3 +183,123 @@ def percentile_interval(statistics: Sequence[float], confidence: float
         return None, None
     return (percentile(ordered, (1 - confidence) / 2),  # type: ignore[return-value]
             percentile(ordered, (1 + confidence) / 2))
+
+
+# --- tasks as clusters ---------------------------------------------------------------------------
+# A task's attempts share its difficulty: they are one cluster, not independent draws. The
+# intervals below are for the super-population (tasks drawn like these, attempts drawn at each),
+# from the cluster-robust standard error of a ratio estimator (Cameron & Miller 2015), with
+# Student's t at G - 1 degrees of freedom for G clusters; STATISTICS.md measures their coverage.
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (modified
+    Lentz; Numerical Recipes' betacf), on the side of x where it converges fast."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 1000):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * f
+
+
+def t_sf(t: float, df: float) -> float:
+    """Student's t distribution's upper tail, P(T > t), with df degrees of freedom."""
+    tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+@lru_cache(maxsize=256)
+def t_quantile(p: float, df: float) -> float:
+    """Student's t distribution's p-quantile (0 < p < 1), by bisection of t_sf to float precision."""
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    low, high = 0.0, max(1.0, normal_quantile(p))
+    while t_sf(high, df) > 1 - p:
+        low, high = high, 2 * high
+    for _ in range(200):
+        middle = (low + high) / 2
+        if middle in (low, high):
+            break
+        low, high = (middle, high) if t_sf(middle, df) > 1 - p else (low, middle)
+    return (low + high) / 2
+
+
+def clustered_mean(clusters: Sequence[tuple[float, float]]) -> tuple[float, float] | tuple[None, None]:
+    """The mean of y per unit over clusters given as (y summed, units): sum y / sum units (a
+    task's successes and attempts, say), and its cluster-robust standard error,
+    sqrt(G / (G - 1) · sum_g (y_g - units_g · mean)² ) / sum units, for G >= 2 clusters.
+    (None, None) without units; the error is None with one cluster."""
+    units = math.fsum(n for _, n in clusters)
+    if not units:
+        return None, None
+    mean = math.fsum(y for y, _ in clusters) / units
+    g = sum(1 for _, n in clusters if n)
+    if g < 2:
+        return mean, None  # type: ignore[return-value]
+    spread = math.fsum((y - n * mean) ** 2 for y, n in clusters)
+    return mean, math.sqrt(g / (g - 1) * spread) / units
+
+
+def clustered_rate_interval(clusters: Sequence[tuple[int, int]], confidence: float = 0.95
+                            ) -> tuple[float, float] | tuple[None, None]:
+    """An interval for a rate of successes over attempts in clusters of (successes, attempts).
+    With one attempt per cluster, the Wilson interval. Otherwise the Wilson interval at the
+    effective sample size p(1 - p) / se² (se clustered, at most the attempts; where se is 0, the
+    attempts, or the clusters at a rate of 0 or 1, whose spread is unknown) and Student's t at
+    G - 1 degrees of freedom: the clustering's width, Wilson's behaviour near 0 and 1."""
+    clusters = [(s, n) for s, n in clusters if n]
+    attempts = sum(n for _, n in clusters)
+    if all(n == 1 for _, n in clusters):
+        return wilson_interval(sum(s for s, _ in clusters), attempts, confidence)
+    rate, se = clustered_mean(clusters)
+    g = len(clusters)
+    if g < 2:  # one task: no spread between tasks to measure; as wide as one attempt's
+        return _wilson(rate, 1, normal_quantile(1 - (1 - confidence) / 2))
+    if se:
+        n_eff = min(attempts, rate * (1 - rate) / (se * se))
+    else:
+        n_eff = g if rate in (0.0, 1.0) else attempts
+    return _wilson(rate, n_eff, t_quantile(1 - (1 - confidence) / 2, g - 1))
+
+
+def clustered_mean_interval(clusters: Sequence[tuple[float, int]], confidence: float = 0.95
+                            ) -> tuple[float, float] | tuple[None, None]:
+    """mean ± t · se for a mean of values (rewards) over clusters of (sum, count): se clustered,
+    Student's t at G - 1 degrees of freedom. With one value per cluster this is the textbook
+    t interval of a mean. (None, None) under two clusters."""
+    clusters = [(y, n) for y, n in clusters if n]
+    mean, se = clustered_mean(clusters)
+    if se is None:
+        return None, None
+    half = t_quantile(1 - (1 - confidence) / 2, len(clusters) - 1) * se
+    return mean - half, mean + half
+
+
+def paired_t_test(differences: Sequence[float]) -> float:
+    """The two-sided p-value of the paired t-test of "no difference" on per-task differences
+    d_t (B's share of successful attempts minus A's): t = mean / (sd / sqrt(T)), Student's t at
+    T - 1 degrees of freedom; needs T >= 2. Where every d_t is the same (no spread) t is
+    infinite, p = 0, unless they are all 0: then p = 1."""
+    t_count = len(differences)
+    mean = math.fsum(differences) / t_count
+    spread = math.fsum((d - mean) ** 2 for d in differences)
+    if not spread:
+        return 1.0 if mean == 0 else 0.0
+    t = mean / math.sqrt(spread / (t_count - 1) / t_count)
+    return min(1.0, 2 * t_sf(abs(t), t_count - 1))
