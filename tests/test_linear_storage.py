@@ -76,3 +76,22 @@ def test_reading_a_trajectory_takes_memory_in_proportion_to_its_steps(tmp_path: 
     # Each episode a list of the turns before it made the 20× trial take about 400 times the
     # memory of the 1× one; the file's bytes and turns are what grows now.
     assert peak[5] <= 6 * peak[1] and peak[20] <= 24 * peak[1], peak
+
+
+def test_real_trials_store_at_most_twice_their_longest_episode(engine):
+    """The real Harbor trials under tests/fixtures/harbor/jobs (a single-step trial of 5
+    episodes, a 4-step trial of 21 whose steps are conversations of their own): the turns a trial
+    stores are at most twice its longest episode's (they held every episode's turns: 366 rows
+    for the two, against 42 now)."""
+    jobs = Path(__file__).parent / "fixtures" / "harbor" / "jobs"
+    assert not ingest(engine, [str(jobs)]).errors
+    with engine.connect() as conn:
+        rows = conn.execute(text("""
+            SELECT t.trial_name, max(e.n_turns), sum(e.n_turns),
+                   (SELECT count(*) FROM conversation_turns ct JOIN conversations c ON c.id = ct.conversation_id
+                    WHERE c.trial_id = t.id)
+            FROM trials t JOIN episodes e ON e.trial_id = t.id GROUP BY t.id, t.trial_name""")).all()
+    assert len(rows) == 2
+    for name, longest, held_before, stored in rows:
+        assert longest <= stored <= 2 * longest, (name, longest, stored)
+    assert sum(r[2] for r in rows) == 366 and sum(r[3] for r in rows) == 42, rows
