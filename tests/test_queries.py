@@ -15,7 +15,7 @@ from query_fixture import cli
 from warehouse.errors import WarehouseError
 from warehouse.queries import QUERIES, run_canned
 from warehouse.queries.registry import bind_names
-from warehouse.queries.stats import pass_at_k, percentile
+from warehouse.queries.stats import benjamini_hochberg, holm, pass_at_k, percentile
 
 
 @pytest.fixture
@@ -51,6 +51,21 @@ def test_percentile_interpolates():
     assert percentile([2] * 8 + [4], 0.9) == pytest.approx(2.4)
     assert percentile([7], 0.9) == 7
     assert percentile([], 0.5) is None
+
+
+def test_holm_and_benjamini_hochberg_adjust_as_statsmodels_does():
+    import random
+
+    from statsmodels.stats.multitest import multipletests
+
+    rng = random.Random(27)
+    for _ in range(300):
+        p_values = [rng.random() ** 3 for _ in range(rng.randint(1, 40))]
+        p_values += p_values[:2] + [1.0, 0.0][: rng.randint(0, 2)]  # ties, and the ends
+        for adjust, method in ((holm, "holm"), (benjamini_hochberg, "fdr_bh")):
+            assert adjust(p_values) == pytest.approx(list(multipletests(p_values, method=method)[1]), rel=1e-12,
+                                                     abs=1e-15), method
+    assert holm([]) == benjamini_hochberg([]) == []
 
 
 def test_every_sql_parameter_is_declared():

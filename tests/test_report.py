@@ -22,6 +22,7 @@ from ingest.write import writer
 from sqlalchemy import text
 
 from procs import CLI, run_cli
+from warehouse.queries import QUERIES, run_canned
 from warehouse.report import CHARTS, natural_key, run_titles
 from warehouse.runs import set_labels
 
@@ -159,7 +160,7 @@ class Opened:
             return [id, {plotted: d.classList.contains('js-plotly-plot') && d.querySelector('.main-svg') !== null,
                          drawn: d.querySelectorAll('.point, .hm image').length,
                          data: (d.data || []).map(t => ({name: t.name, type: t.type, x: t.x, y: t.y, z: t.z,
-                                                       error_y: t.error_y || null}))}];
+                                                       error_y: t.error_y || null, marker: t.marker || null}))}];
         }))""", list(CHARTS))
 
     def close(self) -> None:
@@ -212,6 +213,12 @@ def test_report_of_a_sweep_draws_every_chart_offline(sweep, opened, tmp_path):
     intervals = [clustered([r]) for r in range(5)]  # (1 + 2r) of 10 tasks' 4 attempts each
     assert curve["error_y"]["arrayminus"] == pytest.approx([p - low for p, (low, _) in zip(curve["y"], intervals)])
     assert curve["error_y"]["array"] == pytest.approx([high - p for p, (_, high) in zip(curve["y"], intervals)])
+    # The best and those tied with it, as leaderboard answers, filled; the others open.
+    board = run_canned(sweep, QUERIES["leaderboard"], {})
+    named = {key: name for key, (name, _) in sweep_trials().items()}
+    tied = {named[row[1]]: row[board.columns.index("tied_with_best")] for row in board.rows}
+    assert curve["marker"]["symbol"] == ["circle" if tied[name] else "circle-open" for name in names]
+    assert curve["marker"]["symbol"][-1] == "circle" and "circle-open" in curve["marker"]["symbol"]
 
     [heat] = charts["solve-matrix"]["data"]
     assert heat["x"] == names

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from warehouse.queries import leaderboard
 from warehouse.queries.catalog import paired_test
 from warehouse.queries.stats import (_Binomial, clustered_mean, clustered_mean_interval, clustered_rate_interval,
                                      mcnemar_exact, normal_quantile, paired_t_test, percentile_interval, t_quantile,
@@ -183,6 +184,61 @@ def rejections(test: Callable, k: int, lift: float, tasks: int = 40, pairs: int 
     return rejected / pairs
 
 
+# --- sweeps: many equal runs, how often one is called different ---------------------------------
+
+def _baseline_holm(groups, level):
+    return any(c is not None and c.differs(level) for c in leaderboard.against_baseline(groups, 0, 1 - level, "holm"))
+
+
+def _best_every_pair(adjust: str):
+    def called(groups, level):
+        return any(s.tie != 1 for s in leaderboard.tie_groups(groups, 1 - level, adjust))
+    return called
+
+
+def _best_as_baseline_holm(groups, level):
+    """The best compared with the others as if it had been named beforehand: k - 1 comparisons."""
+    return any(c is not None and c.differs(level) and c.direction < 0
+               for c in leaderboard.against_baseline(groups, 0, 1 - level, "holm"))
+
+
+def _unadjusted(against: int):
+    def called(groups, level):
+        return any(c.enough and c.p_value < level
+                   for c in (leaderboard.compare(groups[against], other, 1 - level) for other in groups[1:]))
+    return called
+
+
+# Each: (whether it sees the runs best first, (runs, level) -> whether some run was called
+# different from the first). Without the sort the first run is a baseline named beforehand.
+SWEEP_RULES: dict[str, tuple[bool, Callable]] = {
+    "against a baseline, Holm over k - 1 (leaderboard --baseline)": (False, _baseline_holm),
+    "against a baseline, unadjusted": (False, _unadjusted(0)),
+    "against the best, Holm over every pair (leaderboard's tie groups)": (True, _best_every_pair("holm")),
+    "against the best, BH over every pair (leaderboard --adjust bh)": (True, _best_every_pair("bh")),
+    "against the best, Holm over k - 1, as if named beforehand": (True, _best_as_baseline_holm),
+    "against the best, unadjusted": (True, _unadjusted(0)),
+}
+
+
+def false_winners(rule: str, runs: int = 20, tasks: int = 40, k: int = 5, sweeps: int = 200, seed: int = 0,
+                  level: float = 1 - CONFIDENCE) -> float:
+    """The share of `sweeps` simulated sweeps of `runs` equal runs in which `rule` calls some run
+    significantly different (the family-wise error). The rules against the best see the runs
+    best first; those against a baseline take the first run as simulated (named beforehand)."""
+    rng = random.Random(f"sweeps:{seed}:{runs}:{tasks}:{k}")
+    best_first, called = SWEEP_RULES[rule]
+    hits = 0
+    for _ in range(sweeps):
+        chances = [rng.betavariate(*SHAPE) for _ in range(tasks)]
+        groups = [{f"t{i}": (n, s) for i, (s, n) in enumerate(simulated_run(rng, tasks, k, chances=chances))}
+                  for _ in range(runs)]
+        if best_first:
+            groups.sort(key=lambda run: -sum(s for _, s in run.values()))
+        hits += called(groups, level)
+    return hits / sweeps
+
+
 # --- the figures -----------------------------------------------------------------------------
 
 RUNS, KS, TASKS = 1000, (1, 5, 10), (10, 20, 40)
@@ -191,6 +247,7 @@ NEAR_ZERO = (0.2, 2.0)
 # The slow ones (a resampling per run) over fewer runs: their Monte Carlo error is ±0.03.
 FEWER = {cluster_bootstrap: 200, sign_flip: 200}
 LIFT = 0.15
+SWEEP_RUNS, SWEEPS = 20, 200
 
 
 def report() -> str:
@@ -230,6 +287,12 @@ def report() -> str:
             pairs = FEWER.get(test, RUNS)
             lines.append(row(name + ("" if pairs == RUNS else f" ({pairs} pairs)"),
                              lambda t, k: rejections(test, k, lift, t, pairs=pairs)))
+    lines += ["", f"## False winners: {SWEEP_RUNS} equal runs, T=40, {SWEEPS} sweeps (target at most 0.05, ±0.03)", "",
+              "The share of sweeps in which some run was called significantly different (the family-wise error);",
+              "every run attempts the same tasks with the same chances.", "",
+              "| | " + " | ".join(f"k={k}" for k in KS) + " |", "|---|" + "---:|" * len(KS)]
+    for rule in SWEEP_RULES:
+        lines.append(f"| {rule} | " + " | ".join(f"{false_winners(rule, SWEEP_RUNS, 40, k, SWEEPS):.3f}" for k in KS) + " |")
     lines += ["", "README.md's Uncertainty section says which interval and test the queries use, and why."]
     return "\n".join(lines) + "\n"
 

@@ -6,7 +6,7 @@ with plotly, whose JavaScript bundle is inlined once: the page opens offline, fr
 mail attachment, with nothing fetched. plotly is imported here only, when a report is built.
 
 Sections: the runs table; pass rate per run (or per value of `--by`) with its 95 % Wilson
-interval as error bars; the solve matrix as a heat map of tasks x runs, hardest task first;
+interval as error bars, the best and the groups statistically tied with it filled (leaderboard); the solve matrix as a heat map of tasks x runs, hardest task first;
 exception types per run; and the median, p90 and max of each run's turns and characters (what
 the lengths query answers: it holds no quartiles, so there is no box to draw).
 """
@@ -47,6 +47,7 @@ class ReportData:
 
     runs: ReadResult
     pass_rate: ReadResult
+    leaderboard: ReadResult  # its tie groups, over the same groups as pass_rate
     solve_matrix: ReadResult
     failures: ReadResult
     lengths: ReadResult
@@ -112,7 +113,8 @@ def gather(engine: Engine, *, filters: Filters = Filters(), by: str = "run",
     def ask(name: str, **values: Any) -> ReadResult:
         return run_canned(engine.url, QUERIES[name], values, filters=filters, timeout=timeout)
 
-    return ReportData(runs=ask("runs"), pass_rate=ask("pass-rate", by=by), solve_matrix=ask("solve-matrix"),
+    return ReportData(runs=ask("runs"), pass_rate=ask("pass-rate", by=by), leaderboard=ask("leaderboard", by=by),
+                      solve_matrix=ask("solve-matrix"),
                       failures=ask("failures"), lengths=ask("lengths"), by=by, labels=labels)
 
 
@@ -144,8 +146,9 @@ def render(data: ReportData, *, source: str, narrowed: str = "") -> tuple[str, t
     sections = [("Runs", _runs_table(rows, order, titles, data.labels), None)]
     figures = [
         ("pass-rate", "Pass rate" + ("" if data.by == "run" else f" by {_grouping(data.by)}"),
-         pass_rate_figure(data.pass_rate, data.by, titles, order),
-         "Successes over trials; the bars are 95 % Wilson intervals."),
+         pass_rate_figure(data.pass_rate, data.by, titles, order, _tied_with_best(data.leaderboard)),
+         "Successes over trials; the bars are 95 % Wilson intervals. Filled: the best and those statistically "
+         "tied with it (leaderboard: paired tests over the shared tasks, Holm-adjusted over every pair)."),
         ("solve-matrix", "Solve matrix", solve_matrix_figure(data.solve_matrix, titles, order),
          "Share of each task's attempts that succeeded, per run; hardest tasks (fewest successes "
          "over all runs) on top, blank where a run did not attempt the task."),
@@ -225,7 +228,13 @@ def _runs_table(rows: list[dict[str, Any]], order: list[str], titles: Mapping[st
 
 # --- the charts --------------------------------------------------------------------------------
 
-def pass_rate_figure(result: ReadResult, by: str, titles: Mapping[str, str], order: list[str]):
+def _tied_with_best(result: ReadResult) -> dict[Any, bool]:
+    """leaderboard's answer: each group's tied_with_best."""
+    return {row[result.columns[1]]: row["tied_with_best"] for row in _dicts(result)}
+
+
+def pass_rate_figure(result: ReadResult, by: str, titles: Mapping[str, str], order: list[str],
+                     tied: Mapping[Any, bool]):
     import plotly.graph_objects as go
 
     rows = [row for row in _dicts(result) if row["trials"]]
@@ -238,6 +247,7 @@ def pass_rate_figure(result: ReadResult, by: str, titles: Mapping[str, str], ord
         x = [titles.get(row["run_key"], row["run_key"]) for row in rows]
     else:  # in the order given: a label's values sorted as a sweep is read
         x = ["(none)" if row[group] is None else str(row[group]) for row in rows]
+    ties = [tied.get(row[group], False) for row in rows]
     y, low, high = [], [], []
     for row in rows:
         y.append(row["pass_rate"])
@@ -245,11 +255,13 @@ def pass_rate_figure(result: ReadResult, by: str, titles: Mapping[str, str], ord
         high.append(row["pass_rate_high"] - row["pass_rate"])
     hover = [f"{_e(name)}<br>{row['successes']:,} of {row['trials']:,} trials"
              + (f" in {row['runs']} run{_s(row['runs'])}" if "runs" in row else "")
-             + f"<br>pass rate {row['pass_rate']:.1%}" for name, row in zip(x, rows)]
+             + f"<br>pass rate {row['pass_rate']:.1%}" + ("<br>tied with the best" if tie else "")
+             for name, row, tie in zip(x, rows, ties)]
     figure = go.Figure(go.Scatter(
         x=[_e(name) for name in x], y=y, mode="lines+markers", name="pass rate",
         error_y=dict(type="data", symmetric=False, array=high, arrayminus=low, thickness=1.5, width=6),
-        hovertext=hover, hoverinfo="text", marker=dict(size=9)))
+        hovertext=hover, hoverinfo="text",
+        marker=dict(size=9, symbol=["circle" if tie else "circle-open" for tie in ties])))
     figure.update_layout(_layout(height=420), xaxis_title=_grouping(by),
                          yaxis=dict(title="pass rate", range=[0, 1.02], tickformat=".0%"))
     figure.update_xaxes(type="category")

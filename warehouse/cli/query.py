@@ -36,6 +36,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
              "warehouse query runs --format csv > runs.csv"),
     "pass-rate": ("warehouse query pass-rate", "warehouse query pass-rate --by model --run 9f8c2915",
                   "warehouse query pass-rate --by label:step --format json"),
+    "leaderboard": ("warehouse query leaderboard", "warehouse query leaderboard --by model --adjust bh",
+                    "warehouse query leaderboard --baseline 9f8c2915 --format json"),
     "solve-matrix": ("warehouse query solve-matrix", "warehouse query solve-matrix --unsolved",
                      "warehouse query solve-matrix --solved-by-all --format csv"),
     "pass-at-k": ("warehouse query pass-at-k --k 1,3", "warehouse query pass-at-k --k 1,2,3 --per-task",

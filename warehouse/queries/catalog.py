@@ -22,6 +22,7 @@ from sqlalchemy.engine import URL
 
 from warehouse.errors import ArgumentValueError
 from warehouse.filters import Filters
+from warehouse.queries import leaderboard
 from warehouse.queries.power import COLUMNS as POWER_COLUMNS, check_design, power_row
 from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, reads_more, run_canned, sql_file
 from warehouse.queries.stats import (bootstrap_counts, clustered_mean, clustered_mean_interval, clustered_rate_interval,
@@ -278,6 +279,56 @@ def _power_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read:
         for group, cells in groupby(rows, key=lambda row: row[0])]
 
 
+_LEADERBOARD_COLUMNS = ["rank", "pass_rate", "pass_rate_low", "pass_rate_high", "n_tasks", "n_attempts"]
+
+
+def _leaderboard_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+                      ) -> tuple[list[str], Rows]:
+    """pass_rate.sql's rows (one per group and task) as pass-rate's groups, ranked, with their
+    tie groups or their verdicts against --baseline (warehouse.queries.leaderboard)."""
+    confidence, _ = _uncertainty(values)
+    name_columns, rates = _pass_rate_post(columns, rows, values, read)
+    at = {column: i for i, column in enumerate(name_columns)}
+    # Best first; equal rates keep pass-rate's order of the groups.
+    rates = sorted(rates, key=lambda row: -row[at["pass_rate"]])
+    tasks: dict[Any, dict[str, tuple[int, int]]] = {row[0]: {} for row in rates}
+    for group, task, trials, successes, *_ in rows:
+        if task is not None:  # a trial of unknown task pairs with nothing
+            tasks[group][task] = (int(trials), int(successes))
+    groups = [tasks[row[0]] for row in rates]
+    shown = [(rank, row[0], *(row[at[c]] for c in _LEADERBOARD_COLUMNS[1:])) for rank, row in enumerate(rates, 1)]
+    head = ["rank", name_columns[0], *_LEADERBOARD_COLUMNS[1:]]
+    keys = [row[0] for row in rates]
+    adjust, level = values["adjust"], 1 - confidence
+
+    def tested(versus: int | None, comparison: leaderboard.Comparison | None) -> tuple[Any, ...]:
+        if comparison is None:
+            return None, None, None, None, None, adjust
+        return (keys[versus], comparison.shared, comparison.test, comparison.p_value, comparison.p_adjusted,
+                adjust)
+
+    tested_columns = ["versus", "shared", "test", "p_value", "p_adjusted", "adjust"]
+    if values["baseline"] is not None:
+        base = _baseline(values["baseline"], keys, values["by"])
+        found = leaderboard.against_baseline(groups, base, confidence, adjust)
+        return [*head, *tested_columns, "verdict"], [
+            (*row, *tested(base, c), "baseline" if c is None else leaderboard.verdict(c, level))
+            for row, c in zip(shown, found)]
+    standings = leaderboard.tie_groups(groups, confidence, adjust)
+    return [*head, "group_tie", "tied_with_best", *tested_columns], [
+        (*row, s.tie, s.tie == 1, *tested(s.versus, s.comparison)) for row, s in zip(shown, standings)]
+
+
+def _baseline(given: str, keys: Sequence[Any], by: str) -> int:
+    """The index among the groups' keys of --baseline: a key itself, else the one it begins."""
+    found = [i for i, key in enumerate(keys) if key == given] or [
+        i for i, key in enumerate(keys) if key is not None and str(key).startswith(given)]
+    if len(found) != 1:
+        what = "is no" if not found else "begins more than one"
+        raise ArgumentValueError(f"--baseline {given!r} {what} group of --by {by}")
+    return found[0]
+
+
 _LENGTH_MEASURES = ("turns", "chars", "input_tokens", "output_tokens")
 
 
@@ -380,6 +431,43 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         ),
         sql=sql_file("pass_rate"),
         post=_pass_rate_post,
+        summary_sql=sql_file("pass_rate_summary"),
+        filter_slots={"filters": _trial_columns("tr")},
+        summary_filter_slots={"filters": _trial_columns("b"), "filters_trials": _trial_columns("tr")},
+    ),
+    CannedQuery(
+        name="leaderboard",
+        description=(
+            "Groups (runs, models, agents, label values) ranked by pass rate, each with its interval, "
+            "and which of them are statistically tied with the best, or differ from a baseline.\n\n"
+            "pass_rate, pass_rate_low/_high, n_tasks and n_attempts are pass-rate's. rank orders the "
+            "groups best first. Two groups are compared as compare-test compares two runs, over the "
+            "tasks both attempted (shared): test is 'mcnemar' or 'paired t', p_value its two-sided "
+            "p-value. The p-values are adjusted for the number of comparisons by --adjust (named in "
+            "the column adjust): 'holm' (default; the chance of any false call at most 1 - "
+            "confidence) or 'bh' (Benjamini-Hochberg: the expected share of false calls among the "
+            "calls at most that); p_adjusted is the adjusted p-value.\n\n"
+            "By default every pair of groups is compared, adjusted as one family, since the best is "
+            "picked by the data. group_tie 1 holds the best and the groups not significantly worse "
+            "than it (p_adjusted >= 1 - confidence, or too few shared or discordant tasks to call "
+            "it): tied_with_best; group_tie 2 the best of the rest and those not worse than it; and "
+            "so on. versus names the group a row was compared with, its tie group's first.\n\n"
+            "--baseline GROUP (a group's value; a run's key or a unique prefix of it) compares every "
+            "group with that one instead, the k - 1 comparisons adjusted as one family: verdict is "
+            "'better', 'worse', 'no significant difference', 'too few shared tasks' (under 10) or "
+            "'too few discordant tasks', and 'baseline' on its own row."
+        ),
+        params=(
+            Param("by", str, "run", "Group by run, model, agent or label:KEY.", choices=("run", "model", "agent"),
+                  by_label=True),
+            Param("baseline", str, None, "Compare every group with this one (its value; a run's key or its prefix)."),
+            Param("adjust", str, "holm", "How the p-values are adjusted: holm (family-wise) or bh (false discovery).",
+                  choices=("holm", "bh")),
+            THRESHOLD,
+            CONFIDENCE,
+        ),
+        sql=sql_file("pass_rate"),
+        post=_leaderboard_post,
         summary_sql=sql_file("pass_rate_summary"),
         filter_slots={"filters": _trial_columns("tr")},
         summary_filter_slots={"filters": _trial_columns("b"), "filters_trials": _trial_columns("tr")},

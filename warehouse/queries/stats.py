@@ -303,3 +303,33 @@ def paired_t_test(differences: Sequence[float]) -> float:
         return 1.0 if mean == 0 else 0.0
     t = mean / math.sqrt(spread / (t_count - 1) / t_count)
     return min(1.0, 2 * t_sf(abs(t), t_count - 1))
+
+
+# --- many comparisons at once ------------------------------------------------------------------
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of m p-values (family-wise error): sorted ascending, the i-th
+    (from 1) becomes min(1, max over j <= i of (m - j + 1) p_(j)); in the order given. Rejecting
+    where the adjusted p < alpha keeps the chance of any false rejection at most alpha."""
+    m = len(p_values)
+    adjusted, running = [0.0] * m, 0.0
+    for i, j in enumerate(sorted(range(m), key=lambda j: p_values[j])):
+        running = max(running, min(1.0, (m - i) * p_values[j]))
+        adjusted[j] = running
+    return adjusted
+
+
+def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
+    """The Benjamini-Hochberg step-up adjustment (false discovery rate): sorted ascending, the i-th
+    (from 1) becomes min over j >= i of min(1, m p_(j) / j); in the order given. Rejecting where
+    the adjusted p < alpha keeps the expected share of false rejections among them at most alpha
+    (for independent or positively dependent tests)."""
+    m = len(p_values)
+    adjusted, running = [0.0] * m, 1.0
+    for i, j in reversed(list(enumerate(sorted(range(m), key=lambda j: p_values[j]), start=1))):
+        running = min(running, m * p_values[j] / i)
+        adjusted[j] = running
+    return adjusted
+
+
+ADJUSTMENTS = {"holm": holm, "bh": benjamini_hochberg}
