@@ -63,6 +63,16 @@ DUCKDB = {
 }
 # compare-test's input is compare's: DUCKDB's version of it computes that alone.
 DUCKDB["compare-test"] = DUCKDB["compare"]
+# power: each run's between-task and within-task variance, from its tasks' attempts and successes.
+DUCKDB["power"] = """
+    WITH nc AS (SELECT run_id, task, count(*) AS n,
+                       sum(CASE WHEN try_cast(result AS DOUBLE) >= 1 THEN 1 ELSE 0 END) AS c
+                FROM rows GROUP BY run_id, task)
+    SELECT run_id, count(*), avg(n), avg(c / n), var_samp(c / n),
+           avg(CASE WHEN n > 1 THEN n / (n - 1) * (c / n) * (1 - c / n) END)
+    FROM nc GROUP BY run_id ORDER BY run_id"""
+# leaderboard: the per-task cells its intervals and pairwise tests are computed from.
+DUCKDB["leaderboard"] = DUCKDB["solve-matrix"]
 
 # The two queries with a bootstrap interval, answered whole by DuckDB: the estimate and its
 # percentile interval over the same 2000 resamples of the tasks (drawn with replacement, one
