@@ -5,8 +5,9 @@ the canned queries' read-only path (so the report never writes the warehouse) an
 with plotly, whose JavaScript bundle is inlined once: the page opens offline, from a file or a
 mail attachment, with nothing fetched. plotly is imported here only, when a report is built.
 
-Sections: the runs table; pass rate per run (or per value of `--by`) with its 95 % Wilson
-interval as error bars, the best and the groups statistically tied with it filled (leaderboard); the solve matrix as a heat map of tasks x runs, hardest task first;
+Sections: the runs table; pass rate per run (or per value of `--by`) with its 95 % interval
+(pass-rate's, clustered by task) as error bars, the best and the groups statistically tied with
+it filled (leaderboard); the solve matrix as a heat map of tasks x runs, hardest task first;
 exception types per run; and the median, p90 and max of each run's turns and characters (what
 the lengths query answers: it holds no quartiles, so there is no box to draw).
 """
@@ -147,8 +148,9 @@ def render(data: ReportData, *, source: str, narrowed: str = "") -> tuple[str, t
     figures = [
         ("pass-rate", "Pass rate" + ("" if data.by == "run" else f" by {_grouping(data.by)}"),
          pass_rate_figure(data.pass_rate, data.by, titles, order, _tied_with_best(data.leaderboard)),
-         "Successes over trials; the bars are 95 % Wilson intervals. Filled: the best and those statistically "
-         "tied with it (leaderboard: paired tests over the shared tasks, Holm-adjusted over every pair)."),
+         "Successes over trials; the bars are 95 % intervals clustered by task (pass-rate's). Filled: the "
+         "best and those statistically tied with it (leaderboard: paired tests over the shared tasks, "
+         "Holm-adjusted over every pair)."),
         ("solve-matrix", "Solve matrix", solve_matrix_figure(data.solve_matrix, titles, order),
          "Share of each task's attempts that succeeded, per run; hardest tasks (fewest successes "
          "over all runs) on top, blank where a run did not attempt the task."),
