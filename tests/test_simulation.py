@@ -11,7 +11,8 @@ import pytest
 
 from ingest.write import writer
 from query_fixture import _trial
-from tools.simulate_stats import (NEAR_ZERO, SWEEP_RULES, clustered_wald_t, compare_test, coverage, false_winners,
+from tools.simulate_stats import (NEAR_ZERO, SWEEP_RULES, clustered_wald_t, compare_test, coverage, difference_coverage,
+                                  false_winners, pass_at_k_coverage,
                                   mcnemar_solved_once, rejections, reward_coverage, simulated_run, wilson_over_attempts)
 from warehouse.queries import QUERIES, run_canned
 from warehouse.queries.catalog import paired_test
@@ -189,3 +190,19 @@ def test_leaderboard_ranks_and_ties_as_computed_directly(engine, db_url):
         run_canned(db_url, QUERIES["leaderboard"], {"baseline": "sw-"})
     with pytest.raises(WarehouseError, match="^--baseline 'nope' is no group of --by run$"):
         run_canned(db_url, QUERIES["leaderboard"], {"baseline": "nope"})
+
+
+@pytest.mark.parametrize("at,k", [(1, 1), (1, 5), (5, 10)])
+def test_pass_at_k_interval_covers_the_true_pass_at_k(at, k):
+    """pass-at-k's interval (the percentile bootstrap over tasks) holds the population's pass@k,
+    1 - E[(1 - p)^k], at 40 tasks; 600 runs of 400 resamples each."""
+    held = pass_at_k_coverage(at, k, tasks=40, runs=600, resamples=400)
+    assert abs(held - 0.95) <= WITHIN, held
+
+
+@pytest.mark.parametrize("k", [1, 5])
+def test_compare_test_difference_interval_covers_zero_between_equal_runs(k):
+    """compare-test's interval of B - A (the paired bootstrap over the shared tasks) holds the true
+    difference, 0, between equal runs, at 40 tasks; 600 pairs of 400 resamples each."""
+    held = difference_coverage(k, tasks=40, runs=600, resamples=400)
+    assert abs(held - 0.95) <= WITHIN, held

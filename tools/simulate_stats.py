@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from warehouse.queries import leaderboard
-from warehouse.queries.catalog import paired_test
+from warehouse.queries.catalog import _bootstrap_means, paired_test
 from warehouse.queries.stats import (_Binomial, clustered_mean, clustered_mean_interval, clustered_rate_interval,
-                                     mcnemar_exact, normal_quantile, paired_t_test, percentile_interval, t_quantile,
+                                     mcnemar_exact, normal_quantile, paired_t_test, pass_at_k, percentile_interval,
+                                     t_quantile,
                                      wilson_interval)
 
 SHAPE = (0.5, 0.5)  # Beta(a, b) of the tasks' chances: its mean a / (a + b) is the true rate
@@ -104,6 +105,45 @@ def reward_coverage(k: int, tasks: int = 40, runs: int = 200, seed: int = 0, con
     for _ in range(runs):
         low, high = clustered_mean_interval(simulated_rewards(rng, tasks, k), confidence)
         held += low <= TRUTH <= high
+    return held / runs
+
+
+def _bootstrap_interval(scores: list[float], confidence: float, resamples: int, rng: random.Random
+                        ) -> tuple[float, float]:
+    """The queries' bootstrap over tasks (catalog._bootstrap_means, as pass-at-k and compare-test
+    call it) of the mean of one score per task."""
+    cells = Counter(scores)
+    values = {"confidence": confidence, "resamples": resamples}
+    [(low, high)] = _bootstrap_means([list(cells)], list(cells.values()), values, rng)
+    return low, high
+
+
+def pass_at_k_coverage(at: int, k: int, tasks: int = 40, runs: int = 200, seed: int = 0, resamples: int = 500,
+                       confidence: float = CONFIDENCE) -> float:
+    """coverage() of pass-at-k's interval of pass@`at` from k attempts per task: the true pass@at
+    of the population is 1 - E[(1 - p)^at] = 1 - B(a, b + at) / B(a, b) for p ~ Beta(a, b)."""
+    a, b = SHAPE
+    truth = 1 - math.exp(math.lgamma(b + at) + math.lgamma(a + b) - math.lgamma(a + b + at) - math.lgamma(b))
+    rng = random.Random(f"pass-at-k:{seed}:{at}:{k}:{tasks}")
+    held = 0
+    for _ in range(runs):
+        scores = [pass_at_k(n, s, at) for s, n in simulated_run(rng, tasks, k)]
+        low, high = _bootstrap_interval(scores, confidence, resamples, rng)
+        held += low <= truth <= high
+    return held / runs
+
+
+def difference_coverage(k: int, tasks: int = 40, runs: int = 200, seed: int = 0, resamples: int = 500,
+                        confidence: float = CONFIDENCE) -> float:
+    """coverage() of compare-test's interval of B - A (the paired bootstrap over the shared tasks'
+    differences) when B = A: the true difference is 0."""
+    rng = random.Random(f"difference:{seed}:{k}:{tasks}")
+    held = 0
+    for _ in range(runs):
+        chances = [rng.betavariate(*SHAPE) for _ in range(tasks)]
+        a, b = simulated_run(rng, tasks, k, chances=chances), simulated_run(rng, tasks, k, chances=chances)
+        low, high = _bootstrap_interval(_differences(a, b), confidence, resamples, rng)
+        held += low <= 0 <= high
     return held / runs
 
 
@@ -274,6 +314,11 @@ def report() -> str:
         lines.append(row(name + ("" if runs == RUNS else f" ({runs} runs)"),
                          lambda t, k: coverage(interval, k, t, runs=runs)))
     lines.append(row("mean reward, partial rewards: clustered t (pass-rate's)", lambda t, k: reward_coverage(k, t, RUNS)))
+    lines.append(row("pass@1, bootstrap over tasks (pass-at-k's; 200 runs)", lambda t, k: pass_at_k_coverage(1, k, t)))
+    lines.append(row("pass@5, bootstrap over tasks (pass-at-k's; 200 runs; k ≥ 5)",
+                     lambda t, k: pass_at_k_coverage(5, k, t) if k >= 5 else math.nan))
+    lines.append(row("B - A when equal, paired bootstrap (compare-test's; 200 pairs)",
+                     lambda t, k: difference_coverage(k, t)))
     lines += ["", f"## Coverage near 0: p ~ Beta{NEAR_ZERO}, a true rate of {NEAR_ZERO[0] / sum(NEAR_ZERO):.3f}", "",
               *header]
     for name, interval in RATE_INTERVALS.items():
