@@ -19,8 +19,8 @@ from ingest.write import writer
 from query_fixture import _trial, cli
 from warehouse.queries import QUERIES, run_canned
 from warehouse.queries.stats import (_Binomial, bootstrap_counts, clustered_mean_interval, clustered_rate_interval,
-                                     mcnemar_exact, normal_quantile, paired_t_test, percentile_interval, t_quantile,
-                                     t_sf, wilson_interval)
+                                     expanded_confidence, mcnemar_exact, normal_quantile, paired_t_test,
+                                     percentile_interval, t_quantile, t_sf, wilson_interval)
 
 # --- Wilson ------------------------------------------------------------------------------------
 
@@ -267,10 +267,11 @@ def test_compare_a_run_with_itself(engine, db_url):
 
 
 def _naive_interval(values: list[float], resamples: int, confidence: float, seed: int) -> tuple[float, float]:
-    """The textbook bootstrap, one draw per task: the reference for the cell-wise one."""
+    """The textbook bootstrap, one draw per task, its percentiles widened for the number of tasks
+    as the queries' are (expanded_confidence): the reference for the cell-wise one."""
     rng = random.Random(seed)
     means = sorted(sum(rng.choices(values, k=len(values))) / len(values) for _ in range(resamples))
-    return percentile_interval(means, confidence)
+    return percentile_interval(means, expanded_confidence(confidence, len(values)))
 
 
 def test_bootstrap_intervals_match_the_textbook_bootstrap(engine, db_url):

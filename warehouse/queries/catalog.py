@@ -26,8 +26,8 @@ from warehouse.queries import leaderboard
 from warehouse.queries.power import COLUMNS as POWER_COLUMNS, check_design, power_row
 from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, reads_more, run_canned, sql_file
 from warehouse.queries.stats import (bootstrap_counts, clustered_mean, clustered_mean_interval, clustered_rate_interval,
-                                     interpolate, mcnemar_exact, pass_at_k, percentile, percentile_interval,
-                                     percentile_ranks, paired_t_test)
+                                     expanded_confidence, interpolate, mcnemar_exact, pass_at_k, percentile,
+                                     percentile_interval, percentile_ranks, paired_t_test)
 from warehouse.runs import label_sort_key
 
 THRESHOLD = Param(
@@ -123,7 +123,7 @@ def _mean(scores: list[float | None], weights: Sequence[int]) -> float | None:
 
 def _bootstrap_means(scores: list[list[float | None]], weights: list[int], values: Mapping[str, Any],
                      rng: random.Random) -> list[tuple[float, float] | tuple[None, None]]:
-    """For each list of cell scores, the percentile interval of _mean over resamples of the
+    """For each list of cell scores, the (expanded) percentile interval of _mean over resamples of the
     tasks with replacement (bootstrap_counts: one draw shared by every list). A resample that
     draws only cells scored None gives that list no mean."""
     confidence, resamples = _uncertainty(values)
@@ -137,7 +137,9 @@ def _bootstrap_means(scores: list[list[float | None]], weights: list[int], value
             total = sum(drawn)
             if total:
                 out.append(sum(map(mul, cell_scores, drawn)) / total)
-    return [percentile_interval(out, confidence) for out in means]
+    # Percentiles at the level that widens them for the number of tasks (stats.expanded_confidence).
+    level = expanded_confidence(confidence, sum(weights))
+    return [percentile_interval(out, level) for out in means]
 
 
 def _pass_at_k_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
@@ -501,7 +503,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             "tasks with at least k attempts: min_attempts shows when some were left out.\n\n"
             "pass@k_low and pass@k_high bound a run's mean at --confidence (default 0.95): the "
             "percentile interval of the mean over --resamples (default 2000) resamples of the run's "
-            "tasks with replacement, drawn from a generator seeded with --seed (default 0) and the "
+            "tasks with replacement, its percentiles widened for the number of tasks (expanded "
+            "percentile), drawn from a generator seeded with --seed (default 0) and the "
             "run's key (or the label's value), so the same command gives the same interval. "
             "--per-task rows have none."
         ),
@@ -558,7 +561,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             "runs' mean share of successful attempts over the shared tasks; diff is B - A, and "
             "diff_low/diff_high its interval at --confidence (default 0.95): the paired bootstrap, the "
             "shared tasks resampled with replacement --resamples times (default 2000) from a "
-            "generator seeded with --seed (default 0).\n\n"
+            "generator seeded with --seed (default 0), its percentiles widened for the number of "
+            "tasks (as pass-at-k's).\n\n"
             "verdict: 'too few shared tasks' under 10; 'too few discordant tasks' when even every "
             "discordant task going one way would not be significant (under 6 at 0.95); else 'B "
             "better' or 'A better' when p_value < 1 - confidence, or 'no significant difference'; "

@@ -185,6 +185,18 @@ def percentile_interval(statistics: Sequence[float], confidence: float
             percentile(ordered, (1 + confidence) / 2))
 
 
+def expanded_confidence(confidence: float, n: int) -> float:
+    """The level to take a bootstrap's percentiles at, for a mean over n tasks, so that the
+    interval is as wide as a t interval's: the percentile interval is too narrow in small samples
+    (it ignores the (n - 1) / n of the plug-in variance and t's heavier tails), and covers 0.90 to
+    0.93 at 40 tasks where it should cover 0.95 (STATISTICS.md). Hesterberg's expanded percentile
+    interval (2015): alpha' / 2 = Phi(-sqrt(n / (n - 1)) t_{1 - alpha/2, n - 1})."""
+    if n < 2:
+        return confidence
+    q = math.sqrt(n / (n - 1)) * t_quantile(1 - (1 - confidence) / 2, n - 1)
+    return math.erf(q / math.sqrt(2))  # 1 - 2 Phi(-q)
+
+
 # --- tasks as clusters ---------------------------------------------------------------------------
 # A task's attempts share its difficulty: they are one cluster, not independent draws. The
 # intervals below are for the super-population (tasks drawn like these, attempts drawn at each),
