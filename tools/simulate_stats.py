@@ -314,7 +314,8 @@ def report() -> str:
         lines.append(row(name + ("" if runs == RUNS else f" ({runs} runs)"),
                          lambda t, k: coverage(interval, k, t, runs=runs)))
     lines.append(row("mean reward, partial rewards: clustered t (pass-rate's)", lambda t, k: reward_coverage(k, t, RUNS)))
-    lines.append(row("pass@1, expanded bootstrap over tasks (pass-at-k's; 200 runs)", lambda t, k: pass_at_k_coverage(1, k, t)))
+    lines.append(row("pass@1, expanded bootstrap over tasks (pass-at-k's; 200 runs)",
+                     lambda t, k: pass_at_k_coverage(1, k, t)))
     lines.append(row("pass@5, expanded bootstrap over tasks (pass-at-k's; 200 runs; k ≥ 5)",
                      lambda t, k: pass_at_k_coverage(5, k, t) if k >= 5 else math.nan))
     lines.append(row("B - A when equal, expanded paired bootstrap (compare-test's; 200 pairs)",
