@@ -146,8 +146,8 @@ def _register(query: CannedQuery) -> None:
         wh = state(ctx).warehouse
         result = wh.query(query.name, timeout=timeout, **narrowed, **values)
         write_rows(result.columns, result.rows, format, wide=wide)
-        if result.note:
-            echo_err(f"note: {result.note}")
+        for line in (result.note or "").splitlines():
+            echo_err(f"note: {line}")
         if query.footnote is not None and format is Format.table:
             # On stderr, so that it reaches the reader however stdout is redirected.
             echo_err(query.footnote(wh.url, values, filters, timeout))

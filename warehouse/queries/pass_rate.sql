@@ -9,13 +9,13 @@ SELECT
          WHEN substr(:by, 1, 6) = 'label:' THEN l.value ELSE r.run_key END AS grp,
     tr.task_id,
     count(*) AS trials,
-    sum(CASE WHEN tr.reward >= :threshold THEN 1 ELSE 0 END) AS successes,
-    sum(tr.reward) AS reward_sum,
-    count(tr.reward) AS rewards,
+    sum(CASE WHEN {reward} >= :threshold THEN 1 ELSE 0 END) AS successes,
+    sum({reward}) AS reward_sum,
+    count({reward}) AS rewards,
     count(tr.exception_type) AS errors
 FROM trials tr
 JOIN runs r ON r.id = tr.run_id
 LEFT JOIN run_labels l ON l.run_id = r.id AND l.key = substr(:by, 7)
-WHERE {filters}
+WHERE {filters} AND {kept}
 GROUP BY 1, tr.task_id, CASE WHEN tr.task_id IS NULL THEN tr.id END
 ORDER BY 1
