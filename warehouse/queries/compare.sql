@@ -1,6 +1,8 @@
 -- Two runs side by side, per task. A run solves a task when one of its attempts succeeded
 -- (reward >= --threshold); `flip` says how that changed from run --a to run --b. --flipped keeps
 -- the flipped rows in Python (catalog._compare_post), so compare-test reads the same statement.
+-- The slot reward is a trial's value (its reward, or --metric's key of its rewards), the slot kept the
+-- trials --errors keeps (warehouse.queries.outcome).
 WITH cell AS (
     SELECT tk.name AS task,
            sum(CASE WHEN r.run_key = :a THEN 1 ELSE 0 END) AS a_attempts,

@@ -3,6 +3,8 @@
 -- computed from these in Python (see warehouse.queries.stats.pass_at_k). A task's pass@k
 -- depends only on its (n, c), so without --per-task the tasks are counted per (n, c) rather than
 -- listed: a few rows per group for the means instead of one per task.
+-- The slot reward is a trial's value (its reward, or --metric's key of its rewards), the slot kept the
+-- trials --errors keeps (warehouse.queries.outcome).
 WITH cell AS (
     SELECT CASE WHEN :by = 'run' THEN r.run_key ELSE l.value END AS grp, tr.task_id,
            count(*) AS n,

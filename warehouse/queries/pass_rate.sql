@@ -4,6 +4,8 @@
 -- the runs by their label KEY (runs without it: NULL), ordered as numbers in Python.
 -- One row per group and task, the clusters of the intervals (catalog._pass_rate_post sums them
 -- per group); a trial whose task is unknown is a cluster of its own.
+-- The slot reward is a trial's value (its reward, or --metric's key of its rewards), the slot kept the
+-- trials --errors keeps (warehouse.queries.outcome).
 SELECT
     CASE WHEN :by = 'model' THEN tr.model_name WHEN :by = 'agent' THEN tr.agent
          WHEN substr(:by, 1, 6) = 'label:' THEN l.value ELSE r.run_key END AS grp,
