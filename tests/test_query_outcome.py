@@ -26,7 +26,7 @@ from warehouse.queries import QUERIES, run_canned
 
 KEY = "clawbench.accuracy"  # dotted: one key, not a path
 ODD = 'odd "key\\'  # a quote and a backslash
-QUERIED = ("pass-rate", "leaderboard", "pass-at-k", "compare", "compare-test")
+QUERIED = ("pass-rate", "leaderboard", "solve-matrix", "pass-at-k", "compare", "compare-test")
 
 
 def _trials() -> list[Trial]:
@@ -162,3 +162,26 @@ def test_cli_prints_the_choice_as_note_lines(whole):
     assert done.stderr.splitlines()[1].startswith("note: errors: excluded (")
     bad = cli(whole, "query", "pass-rate", "--errors", "drop")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
+
+
+def test_report_draws_the_chosen_outcome_and_says_so(whole, tmp_path):
+    from warehouse import report
+
+    engine = make_engine(resolve_url(whole))
+    try:
+        data = report.gather(engine, errors="exclude", metric=KEY)
+    finally:
+        engine.dispose()
+    for name, got in (("pass-rate", data.pass_rate), ("leaderboard", data.leaderboard),
+                      ("solve-matrix", data.solve_matrix)):
+        assert got.rows == run_canned(whole, QUERIES[name], {"errors": "exclude", "metric": KEY}).rows, name
+        assert got.rows != run_canned(whole, QUERIES[name]).rows, name
+    out = tmp_path / "r.html"
+    done = cli(whole, "report", str(out), "--errors", "exclude", "--metric", KEY)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[:2] == [
+        f"note: metric: rewards[{KEY!r}] >= threshold (a trial without the key has no value)",
+        f"note: errors: excluded ({sum(map(_errored, _trials()))} trials with an exception and no value left out)"]
+    assert f"success on rewards[{KEY!r}]" in out.read_text(encoding="utf-8").replace("&#x27;", "'")
+    bad = cli(whole, "report", str(tmp_path / "bad.html"), "--metric", "nope")
+    assert bad.returncode == 1 and len(bad.stderr.splitlines()) == 1 and not (tmp_path / "bad.html").exists()

@@ -486,7 +486,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         params=(
             Param("unsolved", bool, False, "Only tasks that no run solved."),
             Param("solved_by_all", bool, False, "Only tasks that every run attempting them solved."),
-            THRESHOLD,
+            THRESHOLD, ERRORS, METRIC,
         ),
         sql=sql_file("solve_matrix"),
         summary_sql=sql_file("solve_matrix_summary"),
