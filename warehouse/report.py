@@ -84,25 +84,30 @@ def check_out(out: Path, force: bool) -> None:
 
 
 def write_report(engine: Engine, out: Path, *, filters: Filters = Filters(), by: str = "run",
-                 force: bool = False, timeout: float = DEFAULT_TIMEOUT) -> ReportInfo:
+                 force: bool = False, timeout: float = DEFAULT_TIMEOUT, errors: str = "fail",
+                 metric: str | None = None) -> ReportInfo:
     """Build the report of the warehouse behind `engine` (a reading engine) and write it to
     `out`, atomically: OUT is either the whole page or left as it was."""
     require_plotly()
     check_out(out, force)
-    data = gather(engine, filters=filters, by=by, timeout=timeout)
-    page, charts = render(data, source=redact(engine.url), narrowed=_describe(filters, by))
+    data = gather(engine, filters=filters, by=by, timeout=timeout, errors=errors, metric=metric)
+    page, charts = render(data, source=redact(engine.url), narrowed=_describe(filters, by, errors, metric))
     _write_atomically(out, page, force)
     tasks = len({row[0] for row in data.solve_matrix.rows})
+    # The filters' note (every query's alike), then the choice of --errors and --metric (pass-rate's).
+    notes = (getattr(data.runs, "note", None) or "").splitlines()
+    notes += [line for line in (getattr(data.pass_rate, "note", None) or "").splitlines() if line not in notes]
     return ReportInfo(out, len(data.runs.rows), tasks, charts, len(page.encode("utf-8")),
-                      getattr(data.runs, "note", None))
+                      "\n".join(notes) or None)
 
 
 # --- reading -----------------------------------------------------------------------------------
 
 def gather(engine: Engine, *, filters: Filters = Filters(), by: str = "run",
-           timeout: float = DEFAULT_TIMEOUT) -> ReportData:
+           timeout: float = DEFAULT_TIMEOUT, errors: str = "fail", metric: str | None = None) -> ReportData:
     """The canned queries' answers, each narrowed by `filters` as `warehouse query` narrows
-    it. `by` is run, model, agent or label:KEY (pass-rate's own --by)."""
+    it. `by` is run, model, agent or label:KEY (pass-rate's own --by); `errors` and `metric`
+    are the success queries' --errors and --metric (warehouse.queries.outcome)."""
     label = _label_key(by)
     with engine.connect() as conn:
         filters.run_ids(conn)  # an unknown or ambiguous run: one line, before any query
@@ -114,8 +119,9 @@ def gather(engine: Engine, *, filters: Filters = Filters(), by: str = "run",
     def ask(name: str, **values: Any) -> ReadResult:
         return run_canned(engine.url, QUERIES[name], values, filters=filters, timeout=timeout)
 
-    return ReportData(runs=ask("runs"), pass_rate=ask("pass-rate", by=by), leaderboard=ask("leaderboard", by=by),
-                      solve_matrix=ask("solve-matrix"),
+    chosen = {"errors": errors, "metric": metric}
+    return ReportData(runs=ask("runs"), pass_rate=ask("pass-rate", by=by, **chosen),
+                      leaderboard=ask("leaderboard", by=by, **chosen), solve_matrix=ask("solve-matrix", **chosen),
                       failures=ask("failures"), lengths=ask("lengths"), by=by, labels=labels)
 
 
@@ -377,13 +383,17 @@ def natural_key(text: str) -> list[Any]:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
 
 
-def _describe(filters: Filters, by: str) -> str:
+def _describe(filters: Filters, by: str, errors: str = "fail", metric: str | None = None) -> str:
     parts = [f"runs {', '.join(filters.runs)}"] if filters.runs else []
     parts += [f"{what} {', '.join(values)}" for what, values in
               (("tasks", filters.tasks), ("models", filters.models), ("agents", filters.agents)) if values]
     parts += [f"{key}={value}" for key, value in filters.labels]
     if by != "run":
         parts.append(f"pass rate by {by}")
+    if metric is not None:
+        parts.append(f"success on rewards[{metric!r}]")
+    if errors != "fail":
+        parts.append("trials with an exception and no reward left out")
     return ", ".join(parts)
 
 

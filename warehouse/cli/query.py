@@ -35,7 +35,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "runs": ("warehouse query runs", "warehouse query runs --threshold 0.5 --wide",
              "warehouse query runs --format csv > runs.csv"),
     "pass-rate": ("warehouse query pass-rate", "warehouse query pass-rate --by model --run 9f8c2915",
-                  "warehouse query pass-rate --by label:step --format json"),
+                  "warehouse query pass-rate --by label:step --format json",
+                  "warehouse query pass-rate --errors exclude"),
     "leaderboard": ("warehouse query leaderboard", "warehouse query leaderboard --by model --adjust bh",
                     "warehouse query leaderboard --baseline 9f8c2915 --format json"),
     "solve-matrix": ("warehouse query solve-matrix", "warehouse query solve-matrix --unsolved",
@@ -47,7 +48,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                 "warehouse query compare 9f8c2915 b421acf4 --flipped --task 'fix-*'"),
     "compare-test": ("warehouse query compare-test 9f8c2915 b421acf4",
                      "warehouse query compare-test 9f8c2915 b421acf4 --tasks",
-                     "warehouse query compare-test 9f8c2915 b421acf4 --confidence 0.9 --seed 1"),
+                     "warehouse query compare-test 9f8c2915 b421acf4 --confidence 0.9 --seed 1",
+                     "warehouse query compare-test 9f8c2915 b421acf4 --errors exclude"),
     "failures": ("warehouse query failures", "warehouse query failures --format csv"),
     "lengths": ("warehouse query lengths", "warehouse query lengths --format json"),
     "power": ("warehouse query power --delta 0.05", "warehouse query power --delta 0.1 --attempts 5 --tasks 89",
@@ -146,8 +148,8 @@ def _register(query: CannedQuery) -> None:
         wh = state(ctx).warehouse
         result = wh.query(query.name, timeout=timeout, **narrowed, **values)
         write_rows(result.columns, result.rows, format, wide=wide)
-        if result.note:
-            echo_err(f"note: {result.note}")
+        for line in (result.note or "").splitlines():
+            echo_err(f"note: {line}")
         if query.footnote is not None and format is Format.table:
             # On stderr, so that it reaches the reader however stdout is redirected.
             echo_err(query.footnote(wh.url, values, filters, timeout))

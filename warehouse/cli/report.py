@@ -28,6 +28,11 @@ def report(
         "--label", help="Only runs with this label, KEY=VALUE; repeatable (a run must have all).")] = None,
     by: Annotated[str, typer.Option(
         "--by", help="Pass rate per run, model, agent, or per value of a run label (label:KEY).")] = "run",
+    errors: Annotated[str, typer.Option(
+        "--errors", help="Trials with an exception and no reward: fail (failed attempts) or exclude (left out).")
+    ] = "fail",
+    metric: Annotated[Optional[str], typer.Option(
+        "--metric", help="Succeed on this key of the trials' rewards instead of the reward.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Stop each query after this many seconds.")]
     = DEFAULT_TIMEOUT,
@@ -44,6 +49,7 @@ def report(
       warehouse report sweep.html
       warehouse runs label 9f8c2915 step=100 && warehouse report sweep.html --by label:step
       warehouse report one.html --run 9f8c2915
+      warehouse report errors-out.html --errors exclude
     """
     from warehouse import report as building  # plotly and the charts: only for this command
     from warehouse.filters import Filters
@@ -52,11 +58,11 @@ def report(
     building.check_out(out, force)  # before any query: a refusal costs nothing
     filters = Filters.of(run=run, task=task, model=model, agent=agent, label=label)
     info = building.write_report(state(ctx).read_engine(), out, filters=filters, by=by, force=force,
-                                 timeout=timeout)
+                                 timeout=timeout, errors=errors, metric=metric)
     counts = ", ".join(_count(n, what) for n, what in ((info.runs, "run"), (info.tasks, "task"),
                                                        (len(info.charts), "chart")))
-    if info.note:
-        typer.echo(f"note: {info.note}", err=True)
+    for line in (info.note or "").splitlines():
+        typer.echo(f"note: {line}", err=True)
     typer.echo(f"wrote {out}: {counts}, {info.bytes:,} bytes", err=True)
 
 

@@ -22,7 +22,7 @@ from sqlalchemy.engine import URL
 
 from warehouse.errors import ArgumentValueError
 from warehouse.filters import Filters
-from warehouse.queries import leaderboard
+from warehouse.queries import leaderboard, outcome
 from warehouse.queries.power import COLUMNS as POWER_COLUMNS, check_design, power_row
 from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, reads_more, run_canned, sql_file
 from warehouse.queries.stats import (bootstrap_counts, clustered_mean, clustered_mean_interval, clustered_rate_interval,
@@ -34,6 +34,10 @@ THRESHOLD = Param(
     "threshold", float, 1.0,
     "A trial succeeds when its reward is at least this; a trial without a reward fails.",
 )
+ERRORS = Param("errors", str, "fail", "Trials with an exception and no reward: fail (attempts that failed) or "
+               "exclude (left out, as if never run).", choices=outcome.ERRORS)
+METRIC = Param("metric", str, None, "Succeed on this key of the trials' rewards (one key, dots and all) "
+               "instead of the reward.")
 CONFIDENCE = Param("confidence", float, 0.95, "The confidence level of the intervals (0 to 1).")
 RESAMPLES = Param("resamples", int, 2000, "Bootstrap resamples of the tasks.")
 SEED = Param("seed", int, 0, "Seed of the bootstrap's random draws: the same seed, the same interval.")
@@ -428,7 +432,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         params=(
             Param("by", str, "run", "Group by run, model, agent or label:KEY.", choices=("run", "model", "agent"),
                   by_label=True),
-            THRESHOLD,
+            THRESHOLD, ERRORS, METRIC,
             CONFIDENCE,
         ),
         sql=sql_file("pass_rate"),
@@ -465,7 +469,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             Param("baseline", str, None, "Compare every group with this one (its value; a run's key or its prefix)."),
             Param("adjust", str, "holm", "How the p-values are adjusted: holm (family-wise) or bh (false discovery).",
                   choices=("holm", "bh")),
-            THRESHOLD,
+            THRESHOLD, ERRORS, METRIC,
             CONFIDENCE,
         ),
         sql=sql_file("pass_rate"),
@@ -484,7 +488,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         params=(
             Param("unsolved", bool, False, "Only tasks that no run solved."),
             Param("solved_by_all", bool, False, "Only tasks that every run attempting them solved."),
-            THRESHOLD,
+            THRESHOLD, ERRORS, METRIC,
         ),
         sql=sql_file("solve_matrix"),
         summary_sql=sql_file("solve_matrix_summary"),
@@ -512,7 +516,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             Param("k", IntList, "1,5,10", "The k values, separated by commas."),
             Param("by", str, "run", "Group by run or label:KEY.", choices=("run",), by_label=True),
             Param("per_task", bool, False, "One row per run (or group) and task, with n and c, instead of per run."),
-            THRESHOLD,
+            THRESHOLD, ERRORS, METRIC,
             CONFIDENCE,
             RESAMPLES,
             SEED,
@@ -535,7 +539,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             RUN_A,
             RUN_B,
             Param("flipped", bool, False, "Only the tasks that flipped, either way."),
-            THRESHOLD,
+            THRESHOLD, ERRORS, METRIC,
             CONFIDENCE,
             RESAMPLES,
             SEED,
@@ -571,7 +575,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             "higher', diff B's share minus A's) and each one run alone attempted ('only A', 'only B')."
         ),
         params=(RUN_A, RUN_B, Param("tasks", bool, False, "List the tasks that differ or one run alone attempted."),
-                THRESHOLD, CONFIDENCE, RESAMPLES, SEED),
+                THRESHOLD, ERRORS, METRIC, CONFIDENCE, RESAMPLES, SEED),
         sql=sql_file("compare"),
         post=_compare_test_post,
         summary_sql=sql_file("compare_summary"),

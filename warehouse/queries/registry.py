@@ -19,6 +19,11 @@ narrowed, or, for --model or --agent (which it does not hold), the same sums fro
 run_task_breakdown's rows of those models and agents. So filters keep the summaries' speed.
 `{trials_narrowed}` is 1 when the filters pick trials within runs. A query whose summaries
 cannot narrow by task, model or agent (lengths) has a third statement for that (`narrowed_sql`).
+
+A query with --metric and --errors (warehouse.queries.outcome) reads a trial's value as `{reward}`
+(its reward, or the key --metric names in its rewards) and keeps the trials `{kept}` allows (all,
+or, --errors exclude, not those with an exception and no value). The summary tables hold only the
+reward with errors counted as failures: any other choice answers from the base tables.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from sqlalchemy.engine import URL
 
 from warehouse.errors import ArgumentTypeError, ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
+from warehouse.queries import outcome
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, readonly_session
 from warehouse.runs import resolve_run
 from warehouse.summaries import SUCCESS_THRESHOLD, check_threshold
@@ -158,7 +164,8 @@ class CannedQuery:
     def plan(self, values: Mapping[str, Any], summaries: bool = True, filters: Filters | None = None
              ) -> tuple[str, PostProcess | None]:
         """The statement that answers these values (and filters), and its post-processing."""
-        summarized = values.get("threshold", SUCCESS_THRESHOLD) == SUCCESS_THRESHOLD
+        summarized = (values.get("threshold", SUCCESS_THRESHOLD) == SUCCESS_THRESHOLD
+                      and not outcome.chosen(values))
         if summaries and summarized and filters and filters.narrows_trials and self.narrowed_sql is not None:
             return self.narrowed_sql, self.post
         if summaries and summarized and self.summary_sql is not None:
@@ -200,6 +207,9 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
         # its transaction, a round trip the canned statement otherwise carries with it.
         sql, filter_binds = narrow(sql, slots, filters, session.connection if filters.names_runs else None)
         sql = _flags_written_in(sql, query, values)
+        sql, outcome_binds, outcome_note = outcome.fill(sql, values, session.connection, filters)
+        filter_binds.update(outcome_binds)
+        note = "\n".join(line for line in (note, outcome_note) if line) or None
         binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
         # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
         result = session.fetch(sql, binds, max_rows=None, last=not getattr(post, "reads_more", False))
@@ -212,7 +222,9 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
 
 @dataclass
 class CannedResult(ReadResult):
-    note: str | None = None  # a filter value that matched nothing (Filters.unmatched)
+    # A filter value that matched nothing (Filters.unmatched); the choice of --errors and --metric
+    # (warehouse.queries.outcome). One line each.
+    note: str | None = None
 
 
 def _flags_written_in(sql: str, query: CannedQuery, values: Mapping[str, Any]) -> str:
