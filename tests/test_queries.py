@@ -14,6 +14,7 @@ import query_fixture
 from query_fixture import cli
 from warehouse.errors import WarehouseError
 from warehouse.queries import QUERIES, run_canned
+from warehouse.queries.outcome import DEFAULT_NOTE as ERRORS_NOTE
 from warehouse.queries.registry import bind_names
 from warehouse.queries.stats import benjamini_hochberg, holm, pass_at_k, percentile
 
@@ -399,11 +400,12 @@ def test_cli_compare_verdict(url):
     table = cli(url, "query", "compare", "--a", "run-a", "--b", "run-b")
     assert table.returncode == 0 and "task4" in table.stdout
     assert table.stderr.splitlines() == [
+        f"note: {ERRORS_NOTE}",
         "compare: too few shared tasks: 3 shared tasks (1 only in A, 0 only in B), 3 differ, B gained 1 and "
         "lost 1 (paired t p = 0.547); pass rate B - A = -0.189, 95% interval -0.500 to +0.333 (paired bootstrap, "
         "2000 resamples, seed 0)"]
     test = cli(url, "query", "compare-test", "--a", "run-a", "--b", "run-b", "--format", "json")
-    assert test.returncode == 0 and test.stderr == ""
+    assert test.returncode == 0 and test.stderr.splitlines() == [f"note: {ERRORS_NOTE}"]
     assert [(r["shared"], r["verdict"]) for r in json.loads(test.stdout)] == [(3, "too few shared tasks")]
     for option in ("--confidence", "--resamples", "--seed"):
         assert option in cli(url, "query", "pass-at-k", "--help").stdout

@@ -23,6 +23,7 @@ from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
 from warehouse.errors import WarehouseError
 from warehouse.queries import QUERIES, run_canned
+from warehouse.queries.outcome import DEFAULT_NOTE
 
 KEY = "clawbench.accuracy"  # dotted: one key, not a path
 ODD = 'odd "key\\'  # a quote and a backslash
@@ -127,6 +128,7 @@ def test_metric_answers_as_if_the_key_were_the_reward(name, key, whole, backend,
         assert _rows(whole, name, metric=key)[1] != _rows(whole, name)[1]
 
 
+
 def test_the_note_states_the_choice(whole):
     n = sum(map(_errored, _trials()))
     for name in QUERIED:
@@ -134,8 +136,9 @@ def test_the_note_states_the_choice(whole):
         assert note == f"errors: excluded ({n} trials with an exception and no reward left out)", name
         note = run_canned(whole, QUERIES[name], _given(name, metric=KEY)).note
         assert note.splitlines() == [f"metric: rewards[{KEY!r}] >= threshold (a trial without the key has no value)",
-                                     "errors: counted as failures"], name
-        assert run_canned(whole, QUERIES[name], _given(name)).note is None, name
+                                     DEFAULT_NOTE], name
+        # The default is said too: what counts as an attempt is never left unsaid.
+        assert run_canned(whole, QUERIES[name], _given(name)).note == DEFAULT_NOTE, name
     # Narrowed, the count is the selection's.
     from warehouse.filters import Filters
     in_a = sum(1 for t in _trials() if _errored(t) and t.run_key == "run-a")

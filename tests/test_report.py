@@ -23,6 +23,7 @@ from sqlalchemy import text
 
 from procs import CLI, run_cli
 from warehouse.queries import QUERIES, run_canned
+from warehouse.queries.outcome import DEFAULT_NOTE as ERRORS_NOTE
 from warehouse.report import CHARTS, natural_key, run_titles
 from warehouse.runs import set_labels
 
@@ -190,7 +191,8 @@ def test_report_of_a_sweep_draws_every_chart_offline(sweep, opened, tmp_path):
     out = tmp_path / "sweep.html"
     done = report(sweep, out)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.strip().startswith(f"wrote {out}: 5 runs, 10 tasks, 4 charts, ")
+    assert done.stderr.splitlines()[0] == f"note: {ERRORS_NOTE}"  # what its pass rates count
+    assert done.stderr.splitlines()[-1].startswith(f"wrote {out}: 5 runs, 10 tasks, 4 charts, ")
     page = out.read_text(encoding="utf-8")
     assert page.count("Plotly.newPlot(") == len(CHARTS)
 

@@ -19,6 +19,8 @@ from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
 
 ERRORS = ("fail", "exclude")
+# What the default says of errors (--errors fail), on every answer that counts attempts.
+DEFAULT_NOTE = "errors: counted as failures (--errors exclude leaves them out)"
 
 # A key's value in trials.rewards (JSON text on SQLite, JSONB on PostgreSQL), as a number.
 # SQLite's JSON paths cannot spell a key holding a double quote ('$."a\"b"' finds nothing), and
@@ -47,8 +49,8 @@ def value(values: Mapping[str, Any], dialect: str, t: str = "tr") -> str:
 def fill(sql: str, values: Mapping[str, Any], conn: Connection, filters: Filters
          ) -> tuple[str, dict[str, Any], str | None]:
     """`sql` with `{reward}` and `{kept}` filled, the binds they need, and the note saying the
-    choice: None for the default (the reward, errors counted as failures), which the queries'
-    descriptions state, so that a plain answer stays without a note."""
+    choice, for every query that takes one: what an answer counts as an attempt and a success
+    changes what it means (a denominator moves a mean), so no answer leaves it unsaid."""
     if "errors" not in values and "metric" not in values:
         return sql, {}, None
     dialect = conn.dialect.name
@@ -66,8 +68,8 @@ def fill(sql: str, values: Mapping[str, Any], conn: Connection, filters: Filters
         n = _count(conn, values, errored, binds, filters)
         lines.append(f"errors: excluded ({n} trials with an exception and no "
                      f"{'reward' if values.get('metric') is None else 'value'} left out)")
-    elif lines:
-        lines.append("errors: counted as failures")
+    else:
+        lines.append(DEFAULT_NOTE)
     return sql, binds, "\n".join(lines) or None
 
 
