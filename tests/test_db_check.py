@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -69,21 +70,37 @@ def _layout(engine) -> tuple[str, set[str], str | None]:
     return revision, tables | views, "table" if "turns" in tables else "view" if "turns" in views else None
 
 
-def _writing(engine, db_url: str, target: Path | None) -> bool:
-    """Whether the upgrade has begun writing in its transaction: SQLite's WAL holds frames;
-    PostgreSQL shows a session of the database inside a transaction that has written."""
+def _writing(engine, target: Path | None) -> bool:
+    """Whether the upgrade is inside its transaction: on SQLite it holds the write lock (BEGIN
+    IMMEDIATE, which a try here cannot take at once); on PostgreSQL a session of the database
+    is inside a transaction that has written."""
     if target is not None:
-        wal = Path(f"{target}-wal")
-        return wal.exists() and wal.stat().st_size > 0
+        probe = sqlite3.connect(target, timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return False
+        except sqlite3.OperationalError:  # database is locked
+            return True
+        finally:
+            probe.close()
     with engine.connect() as conn:
         return bool(conn.execute(text(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
             "AND backend_xid IS NOT NULL")).scalar())
 
 
+def _until(proc: subprocess.Popen, done) -> float:
+    """Poll until done() or the process ends; the time it took."""
+    began = time.monotonic()
+    while proc.poll() is None and not done():
+        time.sleep(0.002)
+    return time.monotonic() - began
+
+
 def test_an_upgrade_killed_at_any_moment_leaves_the_old_schema_or_the_new(backend, engine, db_url, tmp_path):
     """The upgrade from 0013 (0014 rewrites every episode's turns as conversations) is one
-    transaction. Killed (SIGKILL) at spread moments after it began writing, the database is at
+    transaction. Killed (SIGKILL) at spread moments while it holds it (and a little after), the database is at
     0013 with its `turns` table and no conversations, or at head with both tables and the
     `turns` view; upgraded again, it checks. The 0013 warehouse: two trials of 300 steps
     loaded at head, then downgraded (180,000 turn rows in 0013's table)."""
@@ -94,9 +111,12 @@ def test_an_upgrade_killed_at_any_moment_leaves_the_old_schema_or_the_new(backen
     target = Path(db_url.removeprefix("sqlite:///")) if backend == "sqlite" else None
     if target is not None:
         shutil.copyfile(target, tmp_path / "0013.db")
-    began = time.monotonic()
-    assert run_cli(db_url, "db", "upgrade").returncode == 0
-    life = time.monotonic() - began
+    # How long the upgrade holds its transaction: the kills are drawn within it.
+    proc = subprocess.Popen([*CLI, "--db", db_url, "db", "upgrade"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    _until(proc, lambda: _writing(engine, target))
+    window = _until(proc, lambda: not _writing(engine, target))
+    assert proc.wait() == 0
     rng = random.Random(26)
     outcomes = []
     for _ in range(6 if backend == "sqlite" else 3):
@@ -106,9 +126,8 @@ def test_an_upgrade_killed_at_any_moment_leaves_the_old_schema_or_the_new(backen
             assert run_cli(db_url, "db", "downgrade", "0013", "--yes").returncode == 0
         proc = subprocess.Popen([*CLI, "--db", db_url, "db", "upgrade"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
-        while proc.poll() is None and not _writing(engine, db_url, target):
-            time.sleep(0.002)
-        time.sleep(rng.uniform(0, 0.5) * life)
+        _until(proc, lambda: _writing(engine, target))
+        time.sleep(rng.uniform(0, 1.2) * window)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         engine.dispose()

@@ -35,6 +35,8 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("query", "compare-test"): ["--a", RUN_A, "--b", RUN_B],
     ("query", "failures"): [],
     ("query", "lengths"): [],
+    ("query", "leaderboard"): [],
+    ("query", "power"): ["--delta", "0.1"],
     ("sql",): ["SELECT count(*) FROM trials"],
     ("search",): ["error", "--limit", "3"],
     ("show",): ["debug-csv__XM5Mqch"],
