@@ -39,19 +39,19 @@ def _hash_of(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def conversation_hash(episode: Episode, digests: list[bytes | None] | None = None) -> str:
-    """The hash of an episode's roles and message hashes, in order; `digests` are the
-    message hashes of its turns when the caller has them already."""
-    if digests is None:
-        digests = [message_hash(t.content) if t.content is not None else None for t in episode.turns]
+def conversation_hash(episode: Episode) -> str:
+    """The hash of an episode's roles and message hashes, in order."""
+    digests = [message_hash(t.content) if t.content is not None else None for t in episode.turns]
     return roles_and_digests_hash([t.role for t in episode.turns], digests)
 
 
 def roles_and_digests_hash(roles: list[str], digests: list[bytes | None]) -> str:
-    parts = []
-    for role, digest in zip(roles, digests):
-        parts += (_role_bytes(role), b"\x00", digest or b"-")
-    return hashlib.sha256(b"".join(parts)).hexdigest()
+    return hashlib.sha256(b"".join(map(_turn_bytes, roles, digests))).hexdigest()
+
+
+def _turn_bytes(role: str, digest: bytes | None) -> bytes:
+    """What one turn adds to its conversation's hash (roles_and_digests_hash, _Run)."""
+    return b"".join((_role_bytes(role), b"\x00", digest or b"-"))
 
 
 @functools.lru_cache(maxsize=256)
@@ -165,7 +165,7 @@ class _Run:
             turns.roles.append(turn.role)
             turns.digests.append(d)
             turns.extras.append(turn.extra)
-            self.hash.update(b"".join((_role_bytes(turn.role), b"\x00", d or b"-")))
+            self.hash.update(_turn_bytes(turn.role, d))
             self.n_chars += 0 if turn.content is None else len(turn.content)
         self.taken = max(self.taken, n)
         return self.n_chars, self.hash.copy().hexdigest()

@@ -41,6 +41,8 @@ METRIC = Param("metric", str, None, "Succeed on this key of the trials' rewards 
 CONFIDENCE = Param("confidence", float, 0.95, "The confidence level of the intervals (0 to 1).")
 RESAMPLES = Param("resamples", int, 2000, "Bootstrap resamples of the tasks.")
 SEED = Param("seed", int, 0, "Seed of the bootstrap's random draws: the same seed, the same interval.")
+BY_GROUP = Param("by", str, "run", "Group by run, model, agent or label:KEY.", choices=("run", "model", "agent"),
+                 by_label=True)
 RUN_A = Param("a", str, None, "The first run.", required=True, names_run=True, positional=True)
 RUN_B = Param("b", str, None, "The second run.", required=True, names_run=True, positional=True)
 
@@ -430,8 +432,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             "under two tasks with a reward)."
         ),
         params=(
-            Param("by", str, "run", "Group by run, model, agent or label:KEY.", choices=("run", "model", "agent"),
-                  by_label=True),
+            BY_GROUP,
             THRESHOLD, ERRORS, METRIC,
             CONFIDENCE,
         ),
@@ -464,8 +465,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             "'too few discordant tasks', and 'baseline' on its own row."
         ),
         params=(
-            Param("by", str, "run", "Group by run, model, agent or label:KEY.", choices=("run", "model", "agent"),
-                  by_label=True),
+            BY_GROUP,
             Param("baseline", str, None, "Compare every group with this one (its value; a run's key or its prefix)."),
             Param("adjust", str, "holm", "How the p-values are adjusted: holm (family-wise) or bh (false discovery).",
                   choices=("holm", "bh")),
@@ -635,8 +635,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             Param("delta", float, 0.05, "The difference in pass rate to detect (0 to 1)."),
             Param("attempts", int, None, "Attempts per task in each run (default: the group's mean)."),
             Param("tasks", int, None, "Tasks in the design, for the mde (default: the group's)."),
-            Param("by", str, "run", "Group by run, model, agent or label:KEY.", choices=("run", "model", "agent"),
-                  by_label=True),
+            BY_GROUP,
             Param("confidence", float, 0.95, "The test's confidence level (0 to 1): it rejects at 1 - confidence."),
             Param("power", float, 0.8, "The chance of seeing a true difference of --delta (0 to 1)."),
             Param("rho", float, 1.0,
