@@ -497,8 +497,6 @@ class _RowBuilder:
                             | {t.instruction_id for t in trials.values()} | overlay_messages
                             | {message_id for ts in own_turns.values() for _, message_id, _ in ts})
         structs = {conv: [_message(t.role, t.message_id, t.extra, texts) for t in ts] for conv, ts in turns.items()}
-        sizes = {conv: list(itertools.accumulate((len(m["content"] or "") for m in ms), initial=0))
-                 for conv, ms in structs.items()}
         steps: dict[int, dict] = {}  # per trial: {step: (instruction, verifier_output)}
         for load_id, row_number, episode_id, from_hub, own_extra, _ in chunk:
             episode = episodes[episode_id]
@@ -510,7 +508,7 @@ class _RowBuilder:
                 size = sum(len(m["content"] or "") for m in conversation)
             else:
                 conversation = structs.get(episode.conversation_id, [])[:episode.n_turns]
-                size = sizes[episode.conversation_id][episode.n_turns] if conversation else 0
+                size = episode.n_chars  # its turns' characters, as stored
             values = {
                 **self._trial_values(trial, texts, overlay.get((load_id, trial.id), {})),
                 "conversations": conversation,
