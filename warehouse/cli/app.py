@@ -33,6 +33,7 @@ COMMANDS = {
     "runs": ("warehouse.cli.runs", "The runs: key, name, labels, trials, pass rate, sources."),
     "index": ("warehouse.cli.search", "The optional trigram index that speeds up `warehouse search`."),
     "export": ("warehouse.cli.export", "Write warehouse contents out as Parquet."),
+    "serve": ("warehouse.cli.serve", "Browse the warehouse in a web browser: runs, trials, trajectories, diffs, queries, search."),
     "report": ("warehouse.cli.report", "Write an HTML report of the sweep: runs, pass rate with its interval, solve matrix, failures and lengths."),
 }
 

@@ -1,0 +1,286 @@
+"""The Flask application of `warehouse serve`: one route per page, each a stable URL.
+
+    /                                   the runs (filters and sort as query parameters)
+    /run/<RUN_KEY>                      a run's trials, paged
+    /run/<RUN_KEY>/trial/<TRIAL>        a trial's trajectory; #turn-N is turn N
+    /diff?a=RUN/TRIAL&b=RUN/TRIAL       two trials side by side, the first difference marked
+    /matrix                             the solve matrix, each cell a link to its trials
+    /query/<NAME>                       a canned query (?format=csv|json downloads it)
+    /search?q=TEXT                      turns holding TEXT, each a link to its turn
+
+Run keys may hold slashes (Hub dataset names), so a run's routes take the rest of the path and
+split it at its last `/trial/`.
+
+Safe to open on anything: every text is escaped by Jinja2's autoescape; the pages carry a strict
+Content-Security-Policy (the bundled script and stylesheet only, nothing inline, no other origin);
+only GET and HEAD are answered (405 otherwise). (The server refuses, on a loopback address, a
+request naming another host: server.py.)"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import date, datetime
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from flask import Flask, Response, abort, render_template, request
+from werkzeug.exceptions import HTTPException
+
+from warehouse.display import printable
+from warehouse.errors import WarehouseError
+from warehouse.serve import pages
+from warehouse.serve.pages import Viewer
+
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+SAFE_METHODS = ("GET", "HEAD")
+SEARCH_LIMIT = 200
+
+
+def create_app(viewer: Viewer, *, title: str = "") -> Flask:
+    """The application over `viewer`'s database; `title` names the database on every page."""
+    app = Flask(__name__)
+    app.config.update(JSON_SORT_KEYS=False, TEMPLATES_AUTO_RELOAD=False)
+    app.jinja_env.autoescape = True
+    app.jinja_env.filters.update(text=_text, number=_format_number, when=_format_when, seconds=_format_seconds,
+                                 pct=_pct, urlpart=_urlpart)
+    app.jinja_env.globals.update(url_with=_url_with, run_url=run_url, trial_url=trial_url, title=title,
+                                 db_name=title)
+
+    @app.before_request
+    def _guard():
+        if request.method not in SAFE_METHODS:
+            abort(405)
+
+    @app.after_request
+    def _headers(response: Response) -> Response:
+        response.headers.update(HEADERS)
+        if response.mimetype == "text/html":
+            response.headers["Cache-Control"] = "no-store"
+        return response
+
+    @app.errorhandler(WarehouseError)
+    def _refused(exc: WarehouseError):
+        status = 404 if isinstance(exc, pages.NotFound) else 400
+        return render_template("error.html", message=str(exc), status=status), status
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException):
+        response = exc.get_response()
+        if exc.code == 405:
+            response.headers["Allow"] = ", ".join(SAFE_METHODS)
+        response.data = render_template("error.html", message=exc.description, status=exc.code)
+        response.mimetype = "text/html"
+        return response
+
+    @app.get("/")
+    def runs():
+        filters = pages.filters_from(_lists())
+        sort, desc = request.args.get("sort", "name"), _flag("desc")
+        data = pages.runs_page(viewer, filters, sort=sort, desc=desc)
+        return render_template("runs.html", **data, filters=filters, sort=sort, desc=desc)
+
+    @app.get("/run/<path:rest>")
+    def run(rest: str):
+        key, sep, name = rest.rpartition("/trial/")
+        if sep:
+            return _trial(key, name)
+        filters = pages.filters_from(_lists())
+        sort, desc = request.args.get("sort", "trial"), _flag("desc")
+        data = pages.trials_page(viewer, rest, filters, outcome=request.args.get("outcome") or None, sort=sort,
+                                 desc=desc, page=_int("page", 1), size=_int("size", pages.PAGE_SIZE))
+        return render_template("trials.html", **data, filters=filters, sort=sort, desc=desc,
+                               outcome=request.args.get("outcome") or "")
+
+    def _trial(run_key: str, name: str):
+        data = pages.trial_page(viewer, run_key, name, source=request.args.get("source") or None,
+                                episode=_optional_int("episode"))
+        return render_template("trial.html", **data)
+
+    @app.get("/trial/<int:trial_id>/text")
+    def turn_text(trial_id: int):
+        text = pages.turn_text(viewer, trial_id, source=request.args.get("source", ""),
+                               episode=_int("episode", 0), turn=_int("turn", 0))
+        response = Response(text, mimetype="text/plain")
+        response.headers["Content-Security-Policy"] = "sandbox"
+        return response
+
+    @app.get("/diff")
+    def diff():
+        a, b = request.args.get("a", ""), request.args.get("b", "")
+        if not a or not b:
+            return render_template("diff.html", a=a, b=b, pair=None)
+        return render_template("diff.html", a=a, b=b, pair=pages.diff_page(viewer, a, b))
+
+    @app.get("/matrix")
+    def matrix():
+        filters = pages.filters_from(_lists())
+        return render_template("matrix.html", **pages.matrix_page(viewer, filters), filters=filters)
+
+    @app.get("/queries")
+    def queries():
+        from warehouse.queries import QUERIES
+
+        return render_template("queries.html", queries=QUERIES.values())
+
+    @app.get("/query/<name>")
+    def query(name: str):
+        filters = pages.filters_from(_lists())
+        data = pages.query_page(viewer, name, request.args, filters)
+        form = request.args.get("format", "html")
+        if form == "csv":
+            return _download(name, "csv", _csv(data["columns"], data["rows"]), "text/csv")
+        if form == "json":
+            return _download(name, "json", _json_rows(data["columns"], data["rows"]), "application/json")
+        if form != "html":
+            raise WarehouseError(f"format must be html, csv or json, not {form!r}")
+        return render_template("query.html", **data, filters=filters)
+
+    @app.get("/search")
+    def search():
+        q = request.args.get("q", "")
+        data = None
+        if q:
+            data = pages.search_page(viewer, q, run=request.args.get("run") or None,
+                                     task=request.args.get("task") or None, role=request.args.get("role") or None,
+                                     limit=min(_int("limit", 50), SEARCH_LIMIT))
+        return render_template("search.html", q=q, data=data)
+
+    return app
+
+
+# --- request values --------------------------------------------------------------------------
+
+def _lists() -> dict[str, list[str]]:
+    return {name: request.args.getlist(name) for name in request.args}
+
+
+def _flag(name: str) -> bool:
+    return request.args.get(name, "") not in ("", "0", "false", "off", "no")
+
+
+def _int(name: str, default: int) -> int:
+    value = request.args.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise WarehouseError(f"{name} must be a whole number, not {value!r}") from None
+
+
+def _optional_int(name: str) -> int | None:
+    return _int(name, -1) if request.args.get(name) not in (None, "") else None
+
+
+# --- URLs --------------------------------------------------------------------------------------
+
+def _urlpart(value: Any) -> str:
+    return quote(str(value), safe="")
+
+
+def run_url(run_key: str, **params: Any) -> str:
+    # A key's slashes stay slashes (the route takes a path); everything else is escaped.
+    path = "/run/" + quote(run_key, safe="/")
+    return path + ("?" + urlencode(_clean(params), doseq=True) if _clean(params) else "")
+
+
+def trial_url(run_key: str, trial_name: str, **params: Any) -> str:
+    base = "/run/" + quote(run_key, safe="/") + "/trial/" + quote(trial_name, safe="")
+    return base + ("?" + urlencode(_clean(params), doseq=True) if _clean(params) else "")
+
+
+def _clean(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v not in (None, "", [], False)}
+
+
+def _url_with(**changes: Any) -> str:
+    """This page's URL with some query parameters changed (None removes one)."""
+    args = {k: request.args.getlist(k) for k in request.args}
+    for key, value in changes.items():
+        if value in (None, "", False):
+            args.pop(key, None)
+        else:
+            args[key] = [str(value)]
+    query = urlencode(args, doseq=True)
+    return request.path + ("?" + query if query else "")
+
+
+# --- values as the pages show them ----------------------------------------------------------
+
+def _text(value: Any) -> str:
+    """Stored text for a page: control characters shown, not obeyed (escaping is Jinja's)."""
+    return "" if value is None else printable(str(value))
+
+
+def _format_number(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}".rstrip("0").rstrip(".") if value == value else "NaN"
+    return printable(str(value))
+
+
+def _pct(value: Any) -> str:
+    return "" if value is None else f"{value:.1%}"
+
+
+def _format_when(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    return printable(str(value))[:19]
+
+
+def _format_seconds(value: float | None) -> str:
+    if value is None:
+        return ""
+    if value < 60:
+        return f"{value:.1f} s"
+    minutes, seconds = divmod(int(value), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+# --- downloads ---------------------------------------------------------------------------------
+
+def _download(name: str, ext: str, body: str, mimetype: str) -> Response:
+    response = Response(body, mimetype=mimetype)
+    response.headers["Content-Disposition"] = f'attachment; filename="{name}.{ext}"'
+    return response
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, (bytes, memoryview)):
+        return bytes(value).hex()
+    return value
+
+
+def _csv(columns: list[str], rows: list[list[Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(columns)
+    writer.writerows([[_plain(v) for v in row] for row in rows])
+    return out.getvalue()
+
+
+def _json_rows(columns: list[str], rows: list[list[Any]]) -> str:
+    return json.dumps([dict(zip(columns, map(_plain, row))) for row in rows], ensure_ascii=False, indent=1)
+
+

@@ -1,0 +1,88 @@
+"""The server `warehouse serve` runs: Werkzeug's threaded WSGI server, one thread per request
+(each page opens its own read-only session, so requests do not share a transaction). Bound to
+127.0.0.1 unless told otherwise; another address is said out loud, with who can reach it."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+import threading
+import webbrowser
+from collections.abc import Callable
+
+from werkzeug.serving import make_server
+
+from warehouse.errors import WarehouseError
+from warehouse.serve.app import create_app
+from warehouse.serve.pages import Viewer
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def reach(host: str) -> str:
+    """Who can open the viewer bound to `host`, in words."""
+    if is_loopback(host):
+        return "only this machine"
+    if host in ("0.0.0.0", "::", ""):
+        return "anyone who can reach this machine on the network, on any of its addresses"
+    return f"anyone who can reach {host} on the network"
+
+
+def serve(viewer: Viewer, *, host: str, port: int, title: str, open_browser: bool = False,
+          say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+          ready: Callable[[str], None] | None = None) -> None:
+    """Serve until interrupted. `say` hears the lines a person reads (the address, the warning);
+    `ready` gets the URL once the socket listens."""
+    try:
+        server = make_server(host, port, _app(viewer, host, port, title), threaded=True)
+    except OSError as exc:
+        raise WarehouseError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    bound = server.socket.getsockname()[1]
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    url = f"http://{shown}:{bound}/"
+    if not is_loopback(host):
+        say(f"warning: serving on {host}: {reach(host)} can read this warehouse (no login)")
+    say(f"Serving {title} at {url} (read-only; Ctrl-C to stop)")
+    if ready:
+        ready(url)
+    if open_browser:
+        threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
+def _app(viewer: Viewer, host: str, port: int, title: str):
+    return _HostChecked(create_app(viewer, title=title), loopback=is_loopback(host))
+
+
+class _HostChecked:
+    """A loopback server answers only requests addressed to a loopback name: a web page the
+    user visits cannot reach it by pointing a name of its own at 127.0.0.1 (DNS rebinding)."""
+
+    def __init__(self, app, *, loopback: bool):
+        self.app, self.loopback = app, loopback
+
+    def __call__(self, environ, start_response):
+        if self.loopback and host_name(environ.get("HTTP_HOST", "")) not in LOOPBACK_NAMES:
+            start_response("400 Bad Request", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"This viewer answers only requests addressed to it by a loopback address.\n"]
+        return self.app(environ, start_response)
+
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port: `[::1]:8765` gives `[::1]`."""
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.rsplit(":", 1)[0]
