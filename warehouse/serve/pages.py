@@ -278,7 +278,7 @@ def trial_page(viewer: Viewer, run: str, name: str, *, source: str | None = None
     with viewer.session() as session:
         conn = session.connection
         ref = _run(conn, run)
-        trajectory = trajectory_on(conn, f"{ref.run_key}/{name}", source=source, episode=episode)
+        trajectory = trajectory_on(conn, f"{ref.run_key}/{name}", trace=source, episode=episode)
     return {"trial": trajectory, "run": ref, "steps": _steps(trajectory), "fields": _fields(trajectory),
             "others": trajectory.get("others") or []}
 
