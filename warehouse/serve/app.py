@@ -25,7 +25,7 @@ from datetime import date, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from flask import Flask, Response, abort, render_template, request
+from flask import Flask, Response, abort, redirect, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from warehouse.display import printable
@@ -105,6 +105,11 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
     def _trial(run_key: str, name: str):
         data = pages.trial_page(viewer, run_key, name, source=request.args.get("source") or None,
                                 episode=_optional_int("episode"))
+        trial = data["trial"]
+        if (trial["run_key"], trial["trial_name"]) != (run_key, name):
+            # A run name or prefix, a trial-name prefix: sent on to the trial's own, stable URL.
+            target = trial_url(trial["run_key"], trial["trial_name"], **request.args.to_dict(flat=False))
+            return redirect(target, code=302)
         return render_template("trial.html", **data)
 
     @app.get("/trial/<int:trial_id>/text")
