@@ -64,7 +64,8 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
 
     @app.after_request
     def _headers(response: Response) -> Response:
-        response.headers.update(HEADERS)
+        for name, value in HEADERS.items():
+            response.headers.setdefault(name, value)  # a route's own (the text's sandbox) stands
         if response.mimetype == "text/html":
             response.headers["Cache-Control"] = "no-store"
         return response
@@ -206,14 +207,15 @@ def trial_url(run_key: str, trial_name: str, **params: Any) -> str:
 
 
 def _clean(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if v not in (None, "", [], False)}
+    # `is`, not `in`: 0 == False, and episode 0 is a value.
+    return {k: v for k, v in params.items() if not (v is None or v is False or v == "" or v == [])}
 
 
 def _url_with(**changes: Any) -> str:
     """This page's URL with some query parameters changed (None removes one)."""
     args = {k: request.args.getlist(k) for k in request.args}
     for key, value in changes.items():
-        if value in (None, "", False):
+        if value is None or value is False or value == "":
             args.pop(key, None)
         else:
             args[key] = [str(value)]
