@@ -56,10 +56,10 @@ def serve(viewer: Viewer, *, host: str, port: int, title: str, open_browser: boo
         ready(url)
     if open_browser:
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
+    # Werkzeug's loop ends quietly on Ctrl-C, and on SIGTERM (warehouse.errors makes it raise
+    # Interrupted, a KeyboardInterrupt), closing the socket: the normal end of a server.
+    server.serve_forever()
+    say("Stopped.")
 
 
 def _app(viewer: Viewer, host: str, port: int, title: str):
