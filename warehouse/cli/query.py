@@ -52,6 +52,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                      "warehouse query compare-test 9f8c2915 b421acf4 --errors exclude"),
     "failures": ("warehouse query failures", "warehouse query failures --format csv"),
     "lengths": ("warehouse query lengths", "warehouse query lengths --format json"),
+    "sources": ("warehouse query sources", "warehouse query sources --run 9f8c2915 --format json"),
+    "loads": ("warehouse query loads", "warehouse query loads sample --format csv"),
     "power": ("warehouse query power --delta 0.05", "warehouse query power --delta 0.1 --attempts 5 --tasks 89",
               "warehouse query power --by model --power 0.9 --format json"),
 }
@@ -126,7 +128,8 @@ def _filter_option(keyword: str, option: str, help: str) -> inspect.Parameter:
                              annotation=Annotated[Optional[list[str]], typer.Option(option, help=help)])
 
 
-def _register(query: CannedQuery) -> None:
+def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple[str, ...] | None = None) -> None:
+    """`query`'s command on `group` (`warehouse query NAME`, or a top-level command)."""
     positional = [p for p in query.params if p.positional]
 
     def command(ctx: typer.Context, format: Format, wide: bool, timeout: float, **values: Any) -> None:
@@ -136,7 +139,7 @@ def _register(query: CannedQuery) -> None:
             if given is not None and option is not None and given != option:
                 raise typer.BadParameter(f"{param.name.upper()} given twice ({given!r}, {param.option} {option!r})")
             values[param.name] = given if given is not None else option
-            if values[param.name] is None:
+            if values[param.name] is None and param.required:
                 raise typer.BadParameter(f"missing {param.name.upper()} (or {param.option})")
         try:
             query.values(values)  # a value the option's type lets through but the query refuses
@@ -164,9 +167,10 @@ def _register(query: CannedQuery) -> None:
         inspect.Parameter("timeout", inspect.Parameter.KEYWORD_ONLY, annotation=TimeoutOption,
                           default=DEFAULT_TIMEOUT),
     ])
-    help_text = inspect.cleandoc(query.description) + "\n\n" + examples_help(EXAMPLES.get(query.name, ()))
-    query_app.command(query.name, help=help_text, short_help=query.summary)(command)
+    shown = EXAMPLES.get(query.name, ()) if examples is None else examples
+    help_text = inspect.cleandoc(query.description) + "\n\n" + examples_help(shown)
+    group.command(query.name, help=help_text, short_help=query.summary)(command)
 
 
 for _query in QUERIES.values():
-    _register(_query)
+    register(_query)
