@@ -72,7 +72,7 @@ def test_holm_and_benjamini_hochberg_adjust_as_statsmodels_does():
 def test_every_sql_parameter_is_declared():
     # A `:word` in a .sql file (a comment too) becomes a bind parameter: all must be declared.
     for query in QUERIES.values():
-        for sql in (query.sql, query.summary_sql):
+        for sql in filter(None, (query.sql, query.summary_sql, query.narrowed_sql)):
             assert bind_names(sql) <= {p.name for p in query.params}, query.name
 
 
