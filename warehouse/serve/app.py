@@ -21,11 +21,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from datetime import date, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from flask import Flask, Response, abort, render_template, request
+from flask import Flask, Response, abort, g, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from warehouse.display import printable
@@ -59,12 +60,17 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
 
     @app.before_request
     def _guard():
+        g.started = time.perf_counter()
         if request.method not in SAFE_METHODS:
             abort(405)
 
     @app.after_request
     def _headers(response: Response) -> Response:
         response.headers.update(HEADERS)
+        # What the page cost the server (its reads and its template), for the browser's network
+        # panel and the benchmark (bench/serve.py); a streamed body's time would not be in it.
+        if "started" in g:
+            response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - g.started) * 1000:.1f}"
         if response.mimetype == "text/html":
             response.headers["Cache-Control"] = "no-store"
         return response
@@ -125,7 +131,15 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
     @app.get("/matrix")
     def matrix():
         filters = pages.filters_from(_lists())
-        return render_template("matrix.html", **pages.matrix_page(viewer, filters), filters=filters)
+        data = pages.matrix_page(viewer, filters)
+        # Thousands of cells: each run's link is made once and each task's query once, and the
+        # template is handed each cell's (class, link, text) to print.
+        bases = [run_url(key) for key, _ in data["runs"]]
+        grid = []
+        for task, cells in data.pop("grid"):
+            query = "?" + urlencode({"task": task})
+            grid.append((task, [c and (c[0], base + query, c[1]) for base, c in zip(bases, cells)]))
+        return render_template("matrix.html", **data, grid=grid, filters=filters)
 
     @app.get("/queries")
     def queries():

@@ -250,8 +250,19 @@ def matrix_page(viewer: Viewer, filters: Filters) -> dict[str, Any]:
     for row in rows:
         cells.setdefault(row["task"] or "", {})[row["run_key"]] = row
     tasks = sorted(cells, key=natural_key)
-    return {"runs": [(key, titles.get(key, key)) for key in keys], "tasks": tasks, "cells": cells,
+    # Each row's cells in the runs' order, None where the run has no attempt: thousands of
+    # cells, so the page looks nothing up while it renders.
+    grid = [(task, [_cell(cells[task].get(key)) for key in keys]) for task in tasks]
+    return {"runs": [(key, titles.get(key, key)) for key in keys], "tasks": tasks, "grid": grid,
             "note": result.note}
+
+
+def _cell(row: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(how it went: all, some or none solved; "successes/attempts")."""
+    if row is None:
+        return None
+    successes, attempts = row["successes"], row["attempts"]
+    return ("all" if successes == attempts else "none" if successes == 0 else "some"), f"{successes}/{attempts}"
 
 
 def search_page(viewer: Viewer, text: str, *, run: str | None, task: str | None, role: str | None,
