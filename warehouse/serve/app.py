@@ -18,17 +18,16 @@ request naming another host: server.py.)"""
 
 from __future__ import annotations
 
-import csv
 import io
-import json
 import time
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
 from flask import Flask, Response, abort, g, render_template, request
 from werkzeug.exceptions import HTTPException
 
+from warehouse.cli.output import Format, write_rows
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
 from warehouse.serve import pages
@@ -152,10 +151,11 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
         filters = pages.filters_from(_lists())
         data = pages.query_page(viewer, name, request.args, filters)
         form = request.args.get("format", "html")
-        if form == "csv":
-            return _download(name, "csv", _csv(data["columns"], data["rows"]), "text/csv")
-        if form == "json":
-            return _download(name, "json", _json_rows(data["columns"], data["rows"]), "application/json")
+        if form in ("csv", "json"):
+            # What `warehouse query NAME --format csv/json` prints for the same parameters.
+            out = io.StringIO()
+            write_rows(data["columns"], data["raw"], Format(form), out)
+            return _download(name, form, out.getvalue(), "text/csv" if form == "csv" else "application/json")
         if form != "html":
             raise WarehouseError(f"format must be html, csv or json, not {form!r}")
         return render_template("query.html", **data, filters=filters)
@@ -276,25 +276,3 @@ def _download(name: str, ext: str, body: str, mimetype: str) -> Response:
     response = Response(body, mimetype=mimetype)
     response.headers["Content-Disposition"] = f'attachment; filename="{name}.{ext}"'
     return response
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, (bytes, memoryview)):
-        return bytes(value).hex()
-    return value
-
-
-def _csv(columns: list[str], rows: list[list[Any]]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(columns)
-    writer.writerows([[_plain(v) for v in row] for row in rows])
-    return out.getvalue()
-
-
-def _json_rows(columns: list[str], rows: list[list[Any]]) -> str:
-    return json.dumps([dict(zip(columns, map(_plain, row))) for row in rows], ensure_ascii=False, indent=1)
-
-

@@ -228,13 +228,16 @@ def query_page(viewer: Viewer, name: str, params: Mapping[str, str], filters: Fi
             given[param.name] = raw
     missing = [p.option for p in canned.params if p.required and p.name not in given]
     if missing:
-        return {"query": canned, "given": given, "columns": [], "rows": [], "truncated": False,
+        return {"query": canned, "given": given, "columns": [], "rows": [], "raw": [], "truncated": False,
                 "note": f"give {' and '.join(missing)} to run this query", "missing": True}
     result = run_canned(viewer.url, canned, given, filters=filters, timeout=viewer.timeout)
     rows = result.rows
     truncated = len(rows) > viewer.max_rows
-    return {"query": canned, "given": given, "columns": list(result.columns),
-            "rows": [[_number(v) for v in row] for row in rows[:viewer.max_rows]],
+    kept = rows[:viewer.max_rows]
+    # `raw`: the rows as the database gave them, for a download that must equal `warehouse
+    # query NAME --format csv/json`; `rows`: as the page shows them.
+    return {"query": canned, "given": given, "columns": list(result.columns), "raw": kept,
+            "rows": [[_number(v) for v in row] for row in kept],
             "truncated": truncated, "note": result.note, "missing": False}
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from werkzeug.serving import make_server
 
 from warehouse.errors import WarehouseError
-from warehouse.serve.app import create_app
+from warehouse.serve.app import HEADERS, create_app
 from warehouse.serve.pages import Viewer
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -75,7 +75,7 @@ class _HostChecked:
 
     def __call__(self, environ, start_response):
         if self.loopback and host_name(environ.get("HTTP_HOST", "")) not in LOOPBACK_NAMES:
-            start_response("400 Bad Request", [("Content-Type", "text/plain; charset=utf-8")])
+            start_response("400 Bad Request", [("Content-Type", "text/plain; charset=utf-8"), *HEADERS.items()])
             return [b"This viewer answers only requests addressed to it by a loopback address.\n"]
         return self.app(environ, start_response)
 
