@@ -16,6 +16,7 @@ import queue
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -23,18 +24,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from html import unescape
-from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
-from conftest import _fresh_pg
 from procs import CLI, run_cli
 from query_fixture import _episodes, _trial, build
 from test_read_never_writes import (  # noqa: F401 (fixtures)
     _READONLY_VIEW,
     _UNSHARE,
-    _facts,
     journal_mode,
     make_target,
     probed_pg,
@@ -49,6 +47,7 @@ from warehouse.serve.app import CSP, create_app
 from warehouse.serve.pages import Viewer
 from warehouse.serve.server import _HostChecked
 
+ACCESS_LOG = re.compile(r'^127\.0\.0\.1 - - \[[^]]+\] "GET / HTTP/1\.1" 200 -$')
 SERVING = re.compile(r"Serving .* at (http://\S+/) \(read-only; Ctrl-C to stop\)$")
 
 
@@ -117,8 +116,8 @@ def fetch(url: str, path: str, method: str = "GET", headers: dict[str, str] | No
 # --- the pages of a warehouse ----------------------------------------------------------------
 
 def every_page(facts: dict[str, str]) -> list[str]:
-    """A URL of each page (and each kind of answer) of a warehouse holding examples/sample:
-    `facts` from test_read_never_writes._facts, plus the trial's run key."""
+    """A URL of each page (and each kind of answer) of a warehouse holding examples/sample,
+    `facts` from sample_facts."""
     run, trial = quote(facts["trial_run"], safe=""), quote(facts["trial"], safe="")
     pages = ["/", "/?sort=pass_rate&desc=1", f"/run/{run}", f"/run/{run}?sort=reward&desc=1&page=1&size=5",
              f"/run/{run}?outcome=solved&task=*", f"/run/{run}/trial/{trial}", f"/diff?a={run}/{trial}&b={run}/{trial}",
@@ -131,13 +130,24 @@ def every_page(facts: dict[str, str]) -> list[str]:
     return pages
 
 
-def sample_facts(path_or_url: str) -> dict[str, str]:
-    from warehouse.readonly import run_readonly
+_FACTS = ("SELECT t.trial_name, r.run_key, (SELECT min(run_key) FROM runs), (SELECT max(run_key) FROM runs) "
+          "FROM trials t JOIN runs r ON r.id = t.run_id ORDER BY t.id LIMIT 1")
 
-    (run_keys,) = zip(*run_readonly(path_or_url, "SELECT run_key FROM runs ORDER BY run_key").rows)
-    trial, trial_run = run_readonly(path_or_url, "SELECT t.trial_name, r.run_key FROM trials t JOIN runs r "
-                                                 "ON r.id = t.run_id ORDER BY t.id LIMIT 1").rows[0]
-    return {"a": run_keys[0], "b": run_keys[-1], "trial": trial, "trial_run": trial_run}
+
+def sample_facts(db: str) -> dict[str, str]:
+    """A trial, its run and two runs' keys: on SQLite read by a connection of its own, closed
+    before the test looks at the folder (a pooled one would hold a -wal and -shm open there)."""
+    if "://" in db:
+        from warehouse.readonly import run_readonly
+
+        row = run_readonly(db, _FACTS).rows[0]
+    else:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            row = conn.execute(_FACTS).fetchone()
+        finally:
+            conn.close()
+    return dict(zip(("trial", "trial_run", "a", "b"), row))
 
 
 EXPECTED_ERRORS = {"/run/no-such-run": 404, "/nowhere": 404}
@@ -162,7 +172,7 @@ def request_every_page(url: str, facts: dict[str, str]) -> None:
 def test_serving_every_page_leaves_the_sqlite_file_as_it_was(kind, sample_warehouse, tmp_path):
     folder = tmp_path / "db"
     path = make_target(kind, sample_warehouse, folder)
-    facts = sample_facts(str(path))
+    facts = sample_facts(str(sample_warehouse))
     before = snapshot(folder)
     with serving(str(path)) as served:
         request_every_page(served.url, facts)
@@ -175,7 +185,7 @@ def test_serving_from_a_read_only_mount(kind, readonly_mounts, sample_warehouse,
     source, view = tmp_path / "archive", tmp_path / "view"
     make_target(kind, sample_warehouse, source)
     view.mkdir()
-    facts = sample_facts(str(source / "warehouse.db"))
+    facts = sample_facts(str(sample_warehouse))
     before = snapshot(source)
     # The server runs in a mount namespace of its own, where `view` is `source` mounted read-only.
     prefix = (*_UNSHARE, "sh", "-c", _READONLY_VIEW, "sh", str(source), str(view))
@@ -262,7 +272,7 @@ def test_the_real_server_refuses_another_host_name(fixture_db):
 def test_a_non_loopback_address_is_said_with_who_can_reach_it(fixture_db):
     with serving(fixture_db, "--host", "0.0.0.0") as served:
         assert served.said[0] == ("warning: serving on 0.0.0.0: anyone who can reach this machine on the network, "
-                                  "on any of its addresses, can read this warehouse (no login)")
+                                  "on any of its addresses can read this warehouse (no login)")
         port = urlsplit(served.url).port
         status, _, _ = fetch(f"http://127.0.0.1:{port}/", "/", headers={"Host": "evil.example"})
         assert status == 200  # bound to every address, it answers any name: that is what it said
@@ -280,7 +290,8 @@ def test_a_stop_ends_it_in_one_line(fixture_db, stop):
         served.proc.send_signal(stop)
         rest = served.rest()
         code = served.proc.wait(timeout=30)
-    assert rest == ["Stopped."], rest
+    # Werkzeug logs each request (one line each); the stop is said in one line of its own.
+    assert [line for line in rest if not ACCESS_LOG.match(line)] == ["Stopped."], rest
     assert code == 0
 
 
@@ -409,12 +420,12 @@ def test_the_trials_page_pages(fixture_db):
 @pytest.mark.parametrize("params, keep", [
     ("task=alpha", lambda r: r["task"] == "alpha"),
     ("task=*a", lambda r: r["task"] in ("alpha", "beta", "gamma")),
-    ("task=[ab]*", lambda r: r["task"] in ("alpha", "beta")),
+    ("task=B?TA", lambda r: r["task"] == "beta"),
     ("outcome=solved", lambda r: r["reward"] is not None and r["reward"] >= 1),
     ("outcome=unsolved", lambda r: r["reward"] is None or r["reward"] < 1),
     ("outcome=error", lambda r: r["exception_type"] is not None),
     ("outcome=unsolved&task=beta", lambda r: (r["reward"] is None or r["reward"] < 1) and r["task"] == "beta"),
-], ids=["task", "glob", "class", "solved", "unsolved", "error", "both"])
+], ids=["task", "glob", "one-character", "solved", "unsolved", "error", "both"])
 def test_the_trials_page_filters(fixture_db, params, keep):
     web, rows = client(fixture_db), base_rows(fixture_db)
     kept = [r for r in rows if keep(r)]
@@ -439,7 +450,6 @@ def test_the_trials_page_filters(fixture_db, params, keep):
     ("/query/pass-at-k?k=abc", None),
     ("/query/pass-rate?by=nonsense", None),
     ("/query/nope", None),
-    ("/run/grid?task=[", None),
     ("/search?q=x&limit=abc", "limit must be a whole number, not 'abc'"),
 ], ids=lambda v: v if isinstance(v, str) and v.startswith("/") else "")
 def test_a_bad_value_is_a_400_page_of_one_line(fixture_db, path, line):
@@ -461,7 +471,7 @@ def test_an_unknown_run_is_a_404(fixture_db):
 
 @pytest.mark.parametrize("name, params, options", [
     ("runs", "", []),
-    ("pass-rate", "by=task&run=run-a&run=run-b", ["--by", "task", "--run", "run-a", "--run", "run-b"]),
+    ("pass-rate", "by=model&run=run-a&run=run-b", ["--by", "model", "--run", "run-a", "--run", "run-b"]),
     ("leaderboard", "by=model&task=task*", ["--by", "model", "--task", "task*"]),
     ("compare", "a=run-a&b=run-b", ["--a", "run-a", "--b", "run-b"]),
     ("solve-matrix", "run=grid", ["--run", "grid"]),

@@ -152,7 +152,9 @@ TRIAL_SORTS = {
     "time": None,  # the backend's own arithmetic: _DURATION
 }
 _DURATION = {
-    "sqlite": "(julianday(t.finished_at) - julianday(t.started_at))",
+    # In milliseconds: a difference of julian days carries float noise, which would order equal
+    # durations by their start rather than by name.
+    "sqlite": "round((julianday(t.finished_at) - julianday(t.started_at)) * 86400000)",
     "postgresql": "(t.finished_at - t.started_at)",
 }
 OUTCOMES = ("solved", "unsolved", "error")

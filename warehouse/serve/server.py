@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 import sys
 import threading
 import webbrowser
 from collections.abc import Callable
 
-from werkzeug.serving import make_server
+from werkzeug.serving import BaseWSGIServer, make_server, select_address_family
 
 from warehouse.errors import WarehouseError
 from warehouse.serve.app import HEADERS, create_app
@@ -42,10 +43,11 @@ def serve(viewer: Viewer, *, host: str, port: int, title: str, open_browser: boo
           ready: Callable[[str], None] | None = None) -> None:
     """Serve until interrupted. `say` hears the lines a person reads (the address, the warning);
     `ready` gets the URL once the socket listens."""
+    listening = _listen(host, port)
     try:
-        server = make_server(host, port, _app(viewer, host, port, title), threaded=True)
-    except OSError as exc:
-        raise WarehouseError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        server = make_server(host, port, _app(viewer, host, port, title), threaded=True, fd=listening.fileno())
+    finally:
+        listening.close()  # the server holds a duplicate of it
     bound = server.socket.getsockname()[1]
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
     url = f"http://{shown}:{bound}/"
@@ -57,9 +59,25 @@ def serve(viewer: Viewer, *, host: str, port: int, title: str, open_browser: boo
     if open_browser:
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
     try:
-        server.serve_forever()
+        # socketserver's loop, not Werkzeug's override of it, which swallows Ctrl-C (and so the
+        # SIGTERM the CLI raises as one): the command says the stop in its own line.
+        super(BaseWSGIServer, server).serve_forever()
     finally:
         server.server_close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a refusal (a port in use, an address this
+    machine lacks) is one line of ours: Werkzeug's own bind prints two and exits."""
+    listening = socket.socket(select_address_family(host, port), socket.SOCK_STREAM)
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Werkzeug's own does
+        listening.bind((host.strip("[]"), port))
+        listening.listen()
+    except OSError as exc:
+        listening.close()
+        raise WarehouseError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return listening
 
 
 def _app(viewer: Viewer, host: str, port: int, title: str):
