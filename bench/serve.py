@@ -59,14 +59,16 @@ def results(data: dict[str, Path], work: Path, args) -> list[tuple[str, str, str
         finally:
             if made is not None:
                 _drop_postgres(admin, made)
-        for label, (status, wall, server) in timed.items():
+        for label, (status, wall, server, failed) in timed.items():
             bar = LONG_BAR_MS if label.startswith("trial of") else BAR_MS
             name = f"serve: {label} ({backend}, math×5)"
-            if status != 200:
+            if status != 200 or not wall:
                 rows.append((name, f"HTTP {status}: not measured", f"bar {bar:.0f} ms", ""))
                 continue
             med, p95 = statistics.median(wall), _p95(wall)
             verdict = "under the bar" if p95 < bar else ("median under the bar, p95 over" if med < bar else "OVER the bar")
+            if failed:
+                verdict += f"; {failed} of {failed + len(wall)} requests past the page's time limit"
             rows.append((name, f"{med:.1f} ms, p95 {p95:.1f} ms",
                          f"bar {bar:.0f} ms; server's own {statistics.median(server):.1f} ms, p95 {_p95(server):.1f} ms",
                          verdict))
@@ -113,9 +115,10 @@ def _pages(url: str) -> dict[str, str]:
 
 
 def _measure(command: list[str], pages: dict[str, str],
-             rounds: int) -> dict[str, tuple[int, list[float], list[float]]]:
-    """(status, wall ms, server ms) of each page, asked `rounds` times of the server `command`
-    starts (and stops, with SIGINT, as Ctrl-C does)."""
+             rounds: int) -> dict[str, tuple[int, list[float], list[float], int]]:
+    """(status of the untimed request, wall ms, server ms, requests not answered 200) of each
+    page, asked `rounds` times of the server `command` starts (and stops, with SIGINT, as Ctrl-C
+    does)."""
     from bench.run import ROOT
 
     server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -129,13 +132,15 @@ def _measure(command: list[str], pages: dict[str, str],
         status = {label: _get(conn, path)[0] for label, path in pages.items()}  # the untimed round
         wall: dict[str, list[float]] = {label: [] for label in pages}
         own: dict[str, list[float]] = {label: [] for label in pages}
+        failed: dict[str, int] = {}
         for _ in range(rounds):
             for label, path in pages.items():
                 if status[label] != 200:
                     continue
                 code, seconds, server_ms = _get(conn, path)
-                if code != 200:
-                    raise SystemExit(f"{path}: HTTP {code} after a 200")
+                if code != 200:  # the page's time limit, on a loaded machine: said in its row
+                    failed[label] = failed.get(label, 0) + 1
+                    continue
                 wall[label].append(seconds * 1000)
                 own[label].append(server_ms)
         conn.close()
@@ -146,7 +151,7 @@ def _measure(command: list[str], pages: dict[str, str],
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-    return {label: (status[label], wall[label], own[label]) for label in pages}
+    return {label: (status[label], wall[label], own[label], failed.get(label, 0)) for label in pages}
 
 
 def _get(conn: http.client.HTTPConnection, path: str) -> tuple[int, float, float]:
