@@ -531,3 +531,26 @@ def test_the_time_limit_is_checked_before_listening(fixture_db):
     done = run_cli(fixture_db, "serve", "--port", "0", "--timeout", "0", timeout=60)
     assert done.returncode == 1
     assert done.stderr.strip() == "Error: the time limit must be a number of seconds more than 0 and at most 86400, not 0.0"
+
+
+# --- the solve matrix, whose cells are made in Python ------------------------------------------
+
+def test_the_matrix_escapes_task_names_and_links_each_cell_to_its_trials(db_url):
+    hostile = 'a"><script>alert(1)</script>&b=<img src=x onerror=alert(2)>'
+    engine = make_engine(resolve_url(db_url))
+    try:
+        source = writer.ensure_source(engine, "parquet", "/fixture/hostile", "fixture-hostile")
+        with writer.unit(engine, source, "unit-hostile", "hash-hostile") as unit:
+            unit.add_trials([_trial("run/x", "h0", hostile, 1.0), _trial("run/x", "h1", hostile, 0.0),
+                             _trial("run/x", "p0", "plain", 1.0)])
+    finally:
+        engine.dispose()
+    web = client(db_url)
+    html = web.get("/matrix").get_data(as_text=True)
+    assert "<script>" not in html and "<img" not in html
+    cells = re.findall(r'<td class="cell (\w+)"><a href="([^"]+)">([^<]*)</a></td>', html)
+    assert sorted((how, text) for how, _, text in cells) == [("all", "1/1"), ("some", "1/2")]
+    for how, href, _ in cells:
+        # The link, as a browser reads the attribute, opens the trials of that task in that run.
+        names, total = shown(web.get(unescape(href)))
+        assert total == (2 if how == "some" else 1)

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from flask import Flask, Response, abort, g, redirect, render_template, request
+from markupsafe import Markup, escape
 from werkzeug.exceptions import HTTPException
 
 from warehouse.cli.output import Format, write_rows
@@ -137,14 +138,8 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
     def matrix():
         filters = pages.filters_from(_lists())
         data = pages.matrix_page(viewer, filters)
-        # Thousands of cells: each run's link is made once and each task's query once, and the
-        # template is handed each cell's (class, link, text) to print.
-        bases = [run_url(key) for key, _ in data["runs"]]
-        grid = []
-        for task, cells in data.pop("grid"):
-            query = "?" + urlencode({"task": task})
-            grid.append((task, [c and (c[0], base + query, c[1]) for base, c in zip(bases, cells)]))
-        return render_template("matrix.html", **data, grid=grid, filters=filters)
+        data["grid"] = _matrix_rows(data["runs"], data["grid"])
+        return render_template("matrix.html", **data, filters=filters)
 
     @app.get("/queries")
     def queries():
@@ -235,6 +230,21 @@ def _url_with(**changes: Any) -> str:
             args[key] = [str(value)]
     query = urlencode(args, doseq=True)
     return request.path + ("?" + query if query else "")
+
+
+def _matrix_rows(runs: list[tuple[str, str]], grid: list[tuple[str, list]]) -> list[tuple[str, Markup]]:
+    """Each task with its row of cells as HTML: a matrix has thousands of cells, which a
+    template renders several times slower. The link is escaped here, as Jinja would (though
+    quote and urlencode leave nothing to escape); the class (all, some, none) and the counts
+    ("2/5") are pages.matrix_page's own words and numbers."""
+    bases = [run_url(key) for key, _ in runs]  # each run's link once, not once per cell
+    rows = []
+    for task, cells in grid:
+        query = "?" + urlencode({"task": task})
+        rows.append((task, Markup("".join(
+            f'<td class="cell {c[0]}"><a href="{escape(base + query)}">{c[1]}</a></td>' if c
+            else '<td class="cell missing"></td>' for base, c in zip(bases, cells)))))
+    return rows
 
 
 # --- values as the pages show them ----------------------------------------------------------

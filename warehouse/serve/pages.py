@@ -255,27 +255,21 @@ def matrix_page(viewer: Viewer, filters: Filters) -> dict[str, Any]:
     """The solve matrix: tasks down, runs across, attempts and successes in each cell."""
     result = run_canned(viewer.url, QUERIES["solve-matrix"], {}, filters=filters, timeout=viewer.timeout)
     runs_result = run_canned(viewer.url, QUERIES["runs"], {}, filters=filters.runs_only(), timeout=viewer.timeout)
-    rows = _dicts(result.columns, result.rows)
-    runs = _dicts(runs_result.columns, runs_result.rows)
-    titles = run_titles(runs)
-    keys = sorted({row["run_key"] for row in rows}, key=lambda k: natural_key(titles.get(k, k)))
-    cells: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in rows:
-        cells.setdefault(row["task"] or "", {})[row["run_key"]] = row
+    titles = run_titles(_dicts(runs_result.columns, runs_result.rows))
+    # Thousands of rows (tasks × runs): read by position, each cell made once, in the runs'
+    # order (None where a run has no attempt), so the page looks nothing up while it renders.
+    task_at, run_at, attempts_at, successes_at = (result.columns.index(c)
+                                                   for c in ("task", "run_key", "attempts", "successes"))
+    keys = sorted({row[run_at] for row in result.rows}, key=lambda k: natural_key(titles.get(k, k)))
+    column = {key: i for i, key in enumerate(keys)}
+    cells: dict[str, list[tuple[str, str] | None]] = {}
+    for row in result.rows:
+        successes, attempts = row[successes_at], row[attempts_at]
+        how = "all" if successes == attempts else "none" if successes == 0 else "some"
+        cells.setdefault(row[task_at] or "", [None] * len(keys))[column[row[run_at]]] = (how, f"{successes}/{attempts}")
     tasks = sorted(cells, key=natural_key)
-    # Each row's cells in the runs' order, None where the run has no attempt: thousands of
-    # cells, so the page looks nothing up while it renders.
-    grid = [(task, [_cell(cells[task].get(key)) for key in keys]) for task in tasks]
-    return {"runs": [(key, titles.get(key, key)) for key in keys], "tasks": tasks, "grid": grid,
-            "note": result.note}
-
-
-def _cell(row: Mapping[str, Any] | None) -> tuple[str, str] | None:
-    """(how it went: all, some or none solved; "successes/attempts")."""
-    if row is None:
-        return None
-    successes, attempts = row["successes"], row["attempts"]
-    return ("all" if successes == attempts else "none" if successes == 0 else "some"), f"{successes}/{attempts}"
+    return {"runs": [(key, titles.get(key, key)) for key in keys], "tasks": tasks,
+            "grid": [(task, cells[task]) for task in tasks], "note": result.note}
 
 
 def search_page(viewer: Viewer, text: str, *, run: str | None, task: str | None, role: str | None,
