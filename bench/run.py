@@ -231,8 +231,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path)
     parser.add_argument("--no-write", action="store_true", help="print the table, leave BENCHMARKS.md alone")
     parser.add_argument("--only", choices=sorted(PARTS), action="append",
-                        help="measure only these parts (repeatable): whole-process rows, or the canned "
-                             "queries; prints, writes nothing")
+                        help="measure only these parts (repeatable): whole-process rows, the canned "
+                             "queries, or the viewer's pages (serve); prints, writes nothing")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.dataset, args.work, args.pg)))
