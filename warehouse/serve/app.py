@@ -206,13 +206,13 @@ def _urlpart(value: Any) -> str:
 
 def run_url(run_key: str, **params: Any) -> str:
     # A key's slashes stay slashes (the route takes a path); everything else is escaped.
-    path = "/run/" + quote(run_key, safe="/")
-    return path + ("?" + urlencode(_clean(params), doseq=True) if _clean(params) else "")
+    path, params = "/run/" + quote(run_key, safe="/"), _clean(params)
+    return path + ("?" + urlencode(params, doseq=True) if params else "")
 
 
 def trial_url(run_key: str, trial_name: str, **params: Any) -> str:
-    base = "/run/" + quote(run_key, safe="/") + "/trial/" + quote(trial_name, safe="")
-    return base + ("?" + urlencode(_clean(params), doseq=True) if _clean(params) else "")
+    base, params = "/run/" + quote(run_key, safe="/") + "/trial/" + quote(trial_name, safe=""), _clean(params)
+    return base + ("?" + urlencode(params, doseq=True) if params else "")
 
 
 def _clean(params: dict[str, Any]) -> dict[str, Any]:
