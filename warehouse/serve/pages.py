@@ -151,6 +151,7 @@ TRIAL_SORTS = {
     "output_tokens": "t.n_output_tokens", "cost": "t.cost_usd", "started": "t.started_at",
     "time": None,  # the backend's own arithmetic: _DURATION
 }
+NOT_NULL_SORTS = ("trial", "status")  # trials.trial_name and trials.status are NOT NULL
 _DURATION = {
     # In milliseconds: a difference of julian days carries float noise, which would order equal
     # durations by their start rather than by name.
@@ -202,8 +203,11 @@ def trials_page(viewer: Viewer, run: str, filters: Filters, *, outcome: str | No
         body = _TRIALS_FROM.format(where=where)
         total = session.fetch(f"SELECT count(*) {body}", binds).rows[0][0]
         direction = "DESC" if desc else "ASC"
-        # NULLs last either way, then the name: a stable order for paging.
-        order = f"CASE WHEN {column} IS NULL THEN 1 ELSE 0 END, {column} {direction}, t.trial_name"
+        # NULLs last either way, then the name: a stable order for paging. A column that is never
+        # NULL is ordered by itself, which lets the name's order be read off the run's index of
+        # (run_id, trial_name), a page at a time, rather than sorting the whole run.
+        nulls_last = "" if sort in NOT_NULL_SORTS else f"CASE WHEN {column} IS NULL THEN 1 ELSE 0 END, "
+        order = f"{nulls_last}{column} {direction}, t.trial_name"
         result = session.fetch(f"{_TRIAL_COLUMNS} {body} ORDER BY {order} LIMIT :limit OFFSET :offset",
                                {**binds, "limit": size, "offset": (page - 1) * size}, max_rows=size, last=True)
     trials = _dicts(result.columns, result.rows)
