@@ -121,6 +121,7 @@ def every_page(facts: dict[str, str]) -> list[str]:
     run, trial = quote(facts["trial_run"], safe=""), quote(facts["trial"], safe="")
     pages = ["/", "/?sort=pass_rate&desc=1", f"/run/{run}", f"/run/{run}?sort=reward&desc=1&page=1&size=5",
              f"/run/{run}?outcome=solved&task=*", f"/run/{run}/trial/{trial}", f"/diff?a={run}/{trial}&b={run}/{trial}",
+             f"/trial/{facts['trial_id']}/text?source={quote(facts['source'])}&episode={facts['episode']}&turn=0",
              "/diff", "/matrix", "/queries", "/search?q=the", "/search", "/static/viewer.css", "/static/viewer.js",
              "/run/no-such-run", "/run/" + run + "?sort=xyz", "/nowhere"]
     for name, canned in QUERIES.items():
@@ -130,8 +131,9 @@ def every_page(facts: dict[str, str]) -> list[str]:
     return pages
 
 
-_FACTS = ("SELECT t.trial_name, r.run_key, (SELECT min(run_key) FROM runs), (SELECT max(run_key) FROM runs) "
-          "FROM trials t JOIN runs r ON r.id = t.run_id ORDER BY t.id LIMIT 1")
+_FACTS = ("SELECT t.trial_name, r.run_key, (SELECT min(run_key) FROM runs), (SELECT max(run_key) FROM runs), "
+          "e.trial_id, e.trace_source, e.episode_index "
+          "FROM trials t JOIN runs r ON r.id = t.run_id JOIN episodes e ON e.trial_id = t.id ORDER BY t.id LIMIT 1")
 
 
 def sample_facts(db: str) -> dict[str, str]:
@@ -147,7 +149,7 @@ def sample_facts(db: str) -> dict[str, str]:
             row = conn.execute(_FACTS).fetchone()
         finally:
             conn.close()
-    return dict(zip(("trial", "trial_run", "a", "b"), row))
+    return dict(zip(("trial", "trial_run", "a", "b", "trial_id", "source", "episode"), map(str, row)))
 
 
 EXPECTED_ERRORS = {"/run/no-such-run": 404, "/nowhere": 404}
