@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from bench import long_trial
+from bench import long_trial, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -231,8 +231,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path)
     parser.add_argument("--no-write", action="store_true", help="print the table, leave BENCHMARKS.md alone")
     parser.add_argument("--only", choices=sorted(PARTS), action="append",
-                        help="measure only these parts (repeatable): whole-process rows, or the canned "
-                             "queries; prints, writes nothing")
+                        help="measure only these parts (repeatable): whole-process rows, the canned "
+                             "queries, or the viewer's pages (serve); prints, writes nothing")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.dataset, args.work, args.pg)))
@@ -651,8 +651,8 @@ def canned_query_results(data: dict[str, Path], work: Path, args) -> list[tuple[
 # The whole-process rows, by the name `--only` knows them by.
 WHOLE_PROCESS: dict[str, Callable] = {"startup": startup_results, "ingest": whole_ingest_results,
                                       "long": lambda data, work, args: long_trial.results(work, args)}
-# What `--only` can measure alone: those, and the canned queries.
-PARTS: dict[str, Callable] = {**WHOLE_PROCESS, "queries": canned_query_results}
+# What `--only` can measure alone: those, the canned queries, and the viewer's pages.
+PARTS: dict[str, Callable] = {**WHOLE_PROCESS, "queries": canned_query_results, "serve": serve.results}
 
 
 def report(results, info, args) -> None:

@@ -18,16 +18,17 @@ request naming another host: server.py.)"""
 
 from __future__ import annotations
 
-import csv
 import io
-import json
-from datetime import date, datetime
+import time
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from flask import Flask, Response, abort, redirect, render_template, request
+from flask import Flask, Response, abort, g, redirect, render_template, request
+from markupsafe import Markup, escape
 from werkzeug.exceptions import HTTPException
 
+from warehouse.cli.output import Format, write_rows
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
 from warehouse.serve import pages
@@ -59,6 +60,7 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
 
     @app.before_request
     def _guard():
+        g.started = time.perf_counter()
         if request.method not in SAFE_METHODS:
             abort(405)
 
@@ -66,6 +68,10 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
     def _headers(response: Response) -> Response:
         for name, value in HEADERS.items():
             response.headers.setdefault(name, value)  # a route's own (the text's sandbox) stands
+        # What the page cost the server (its reads and its template), for the browser's network
+        # panel and the benchmark (bench/serve.py); a streamed body's time would not be in it.
+        if "started" in g:
+            response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - g.started) * 1000:.1f}"
         if response.mimetype == "text/html":
             response.headers["Cache-Control"] = "no-store"
         return response
@@ -131,7 +137,9 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
     @app.get("/matrix")
     def matrix():
         filters = pages.filters_from(_lists())
-        return render_template("matrix.html", **pages.matrix_page(viewer, filters), filters=filters)
+        data = pages.matrix_page(viewer, filters)
+        data["grid"] = _matrix_rows(data["runs"], data["grid"])
+        return render_template("matrix.html", **data, filters=filters)
 
     @app.get("/queries")
     def queries():
@@ -144,10 +152,11 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
         filters = pages.filters_from(_lists())
         data = pages.query_page(viewer, name, request.args, filters)
         form = request.args.get("format", "html")
-        if form == "csv":
-            return _download(name, "csv", _csv(data["columns"], data["rows"]), "text/csv")
-        if form == "json":
-            return _download(name, "json", _json_rows(data["columns"], data["rows"]), "application/json")
+        if form in ("csv", "json"):
+            # What `warehouse query NAME --format csv/json` prints for the same parameters.
+            out = io.StringIO()
+            write_rows(data["columns"], data["raw"], Format(form), out)
+            return _download(name, form, out.getvalue(), "text/csv" if form == "csv" else "application/json")
         if form != "html":
             raise WarehouseError(f"format must be html, csv or json, not {form!r}")
         return render_template("query.html", **data, filters=filters)
@@ -197,13 +206,13 @@ def _urlpart(value: Any) -> str:
 
 def run_url(run_key: str, **params: Any) -> str:
     # A key's slashes stay slashes (the route takes a path); everything else is escaped.
-    path = "/run/" + quote(run_key, safe="/")
-    return path + ("?" + urlencode(_clean(params), doseq=True) if _clean(params) else "")
+    path, params = "/run/" + quote(run_key, safe="/"), _clean(params)
+    return path + ("?" + urlencode(params, doseq=True) if params else "")
 
 
 def trial_url(run_key: str, trial_name: str, **params: Any) -> str:
-    base = "/run/" + quote(run_key, safe="/") + "/trial/" + quote(trial_name, safe="")
-    return base + ("?" + urlencode(_clean(params), doseq=True) if _clean(params) else "")
+    base, params = "/run/" + quote(run_key, safe="/") + "/trial/" + quote(trial_name, safe=""), _clean(params)
+    return base + ("?" + urlencode(params, doseq=True) if params else "")
 
 
 def _clean(params: dict[str, Any]) -> dict[str, Any]:
@@ -221,6 +230,21 @@ def _url_with(**changes: Any) -> str:
             args[key] = [str(value)]
     query = urlencode(args, doseq=True)
     return request.path + ("?" + query if query else "")
+
+
+def _matrix_rows(runs: list[tuple[str, str]], grid: list[tuple[str, list]]) -> list[tuple[str, Markup]]:
+    """Each task with its row of cells as HTML: a matrix has thousands of cells, which a
+    template renders several times slower. The link is escaped here, as Jinja would (though
+    quote and urlencode leave nothing to escape); the class (all, some, none) and the counts
+    ("2/5") are pages.matrix_page's own words and numbers."""
+    bases = [run_url(key) for key, _ in runs]  # each run's link once, not once per cell
+    rows = []
+    for task, cells in grid:
+        query = "?" + urlencode({"task": task})
+        rows.append((task, Markup("".join(
+            f'<td class="cell {c[0]}"><a href="{escape(base + query)}">{c[1]}</a></td>' if c
+            else '<td class="cell missing"></td>' for base, c in zip(bases, cells)))))
+    return rows
 
 
 # --- values as the pages show them ----------------------------------------------------------
@@ -269,25 +293,3 @@ def _download(name: str, ext: str, body: str, mimetype: str) -> Response:
     response = Response(body, mimetype=mimetype)
     response.headers["Content-Disposition"] = f'attachment; filename="{name}.{ext}"'
     return response
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, (bytes, memoryview)):
-        return bytes(value).hex()
-    return value
-
-
-def _csv(columns: list[str], rows: list[list[Any]]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(columns)
-    writer.writerows([[_plain(v) for v in row] for row in rows])
-    return out.getvalue()
-
-
-def _json_rows(columns: list[str], rows: list[list[Any]]) -> str:
-    return json.dumps([dict(zip(columns, map(_plain, row))) for row in rows], ensure_ascii=False, indent=1)
-
-

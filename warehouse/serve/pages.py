@@ -151,8 +151,11 @@ TRIAL_SORTS = {
     "output_tokens": "t.n_output_tokens", "cost": "t.cost_usd", "started": "t.started_at",
     "time": None,  # the backend's own arithmetic: _DURATION
 }
+NOT_NULL_SORTS = ("trial", "status")  # trials.trial_name and trials.status are NOT NULL
 _DURATION = {
-    "sqlite": "(julianday(t.finished_at) - julianday(t.started_at))",
+    # In milliseconds: a difference of julian days carries float noise, which would order equal
+    # durations by their start rather than by name.
+    "sqlite": "round((julianday(t.finished_at) - julianday(t.started_at)) * 86400000)",
     "postgresql": "(t.finished_at - t.started_at)",
 }
 OUTCOMES = ("solved", "unsolved", "error")
@@ -200,8 +203,11 @@ def trials_page(viewer: Viewer, run: str, filters: Filters, *, outcome: str | No
         body = _TRIALS_FROM.format(where=where)
         total = session.fetch(f"SELECT count(*) {body}", binds).rows[0][0]
         direction = "DESC" if desc else "ASC"
-        # NULLs last either way, then the name: a stable order for paging.
-        order = f"CASE WHEN {column} IS NULL THEN 1 ELSE 0 END, {column} {direction}, t.trial_name"
+        # NULLs last either way, then the name: a stable order for paging. A column that is never
+        # NULL is ordered by itself, which lets the name's order be read off the run's index of
+        # (run_id, trial_name), a page at a time, rather than sorting the whole run.
+        nulls_last = "" if sort in NOT_NULL_SORTS else f"CASE WHEN {column} IS NULL THEN 1 ELSE 0 END, "
+        order = f"{nulls_last}{column} {direction}, t.trial_name"
         result = session.fetch(f"{_TRIAL_COLUMNS} {body} ORDER BY {order} LIMIT :limit OFFSET :offset",
                                {**binds, "limit": size, "offset": (page - 1) * size}, max_rows=size, last=True)
     trials = _dicts(result.columns, result.rows)
@@ -236,13 +242,16 @@ def query_page(viewer: Viewer, name: str, params: Mapping[str, str], filters: Fi
             given[param.name] = raw
     missing = [p.option for p in canned.params if p.required and p.name not in given]
     if missing:
-        return {"query": canned, "given": given, "columns": [], "rows": [], "truncated": False,
+        return {"query": canned, "given": given, "columns": [], "rows": [], "raw": [], "truncated": False,
                 "note": f"give {' and '.join(missing)} to run this query", "missing": True}
     result = run_canned(viewer.url, canned, given, filters=filters, timeout=viewer.timeout)
     rows = result.rows
     truncated = len(rows) > viewer.max_rows
-    return {"query": canned, "given": given, "columns": list(result.columns),
-            "rows": [[_number(v) for v in row] for row in rows[:viewer.max_rows]],
+    kept = rows[:viewer.max_rows]
+    # `raw`: the rows as the database gave them, for a download that must equal `warehouse
+    # query NAME --format csv/json`; `rows`: as the page shows them.
+    return {"query": canned, "given": given, "columns": list(result.columns), "raw": kept,
+            "rows": [[_number(v) for v in row] for row in kept],
             "truncated": truncated, "note": result.note, "missing": False}
 
 
@@ -250,16 +259,21 @@ def matrix_page(viewer: Viewer, filters: Filters) -> dict[str, Any]:
     """The solve matrix: tasks down, runs across, attempts and successes in each cell."""
     result = run_canned(viewer.url, QUERIES["solve-matrix"], {}, filters=filters, timeout=viewer.timeout)
     runs_result = run_canned(viewer.url, QUERIES["runs"], {}, filters=filters.runs_only(), timeout=viewer.timeout)
-    rows = _dicts(result.columns, result.rows)
-    runs = _dicts(runs_result.columns, runs_result.rows)
-    titles = run_titles(runs)
-    keys = sorted({row["run_key"] for row in rows}, key=lambda k: natural_key(titles.get(k, k)))
-    cells: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in rows:
-        cells.setdefault(row["task"] or "", {})[row["run_key"]] = row
+    titles = run_titles(_dicts(runs_result.columns, runs_result.rows))
+    # Thousands of rows (tasks × runs): read by position, each cell made once, in the runs'
+    # order (None where a run has no attempt), so the page looks nothing up while it renders.
+    task_at, run_at, attempts_at, successes_at = (result.columns.index(c)
+                                                   for c in ("task", "run_key", "attempts", "successes"))
+    keys = sorted({row[run_at] for row in result.rows}, key=lambda k: natural_key(titles.get(k, k)))
+    column = {key: i for i, key in enumerate(keys)}
+    cells: dict[str, list[tuple[str, str] | None]] = {}
+    for row in result.rows:
+        successes, attempts = row[successes_at], row[attempts_at]
+        how = "all" if successes == attempts else "none" if successes == 0 else "some"
+        cells.setdefault(row[task_at] or "", [None] * len(keys))[column[row[run_at]]] = (how, f"{successes}/{attempts}")
     tasks = sorted(cells, key=natural_key)
-    return {"runs": [(key, titles.get(key, key)) for key in keys], "tasks": tasks, "cells": cells,
-            "note": result.note}
+    return {"runs": [(key, titles.get(key, key)) for key in keys], "tasks": tasks,
+            "grid": [(task, cells[task]) for task in tasks], "note": result.note}
 
 
 def search_page(viewer: Viewer, text: str, *, run: str | None, task: str | None, role: str | None,

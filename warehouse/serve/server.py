@@ -5,15 +5,16 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 import sys
 import threading
 import webbrowser
 from collections.abc import Callable
 
-from werkzeug.serving import make_server
+from werkzeug.serving import BaseWSGIServer, make_server, select_address_family
 
 from warehouse.errors import WarehouseError
-from warehouse.serve.app import create_app
+from warehouse.serve.app import HEADERS, create_app
 from warehouse.serve.pages import Viewer
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -42,24 +43,44 @@ def serve(viewer: Viewer, *, host: str, port: int, title: str, open_browser: boo
           ready: Callable[[str], None] | None = None) -> None:
     """Serve until interrupted. `say` hears the lines a person reads (the address, the warning);
     `ready` gets the URL once the socket listens."""
+    listening = _listen(host, port)
     try:
-        server = make_server(host, port, _app(viewer, host, port, title), threaded=True)
-    except OSError as exc:
-        raise WarehouseError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        server = make_server(host, port, _app(viewer, host, port, title), threaded=True, fd=listening.fileno())
+    finally:
+        listening.close()  # the server holds a duplicate of it
     bound = server.socket.getsockname()[1]
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
     url = f"http://{shown}:{bound}/"
-    if not is_loopback(host):
-        say(f"warning: serving on {host}: {reach(host)} can read this warehouse (no login)")
-    say(f"Serving {title} at {url} (read-only; Ctrl-C to stop)")
-    if ready:
-        ready(url)
-    if open_browser:
-        threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
-    # Werkzeug's loop ends quietly on Ctrl-C, and on SIGTERM (warehouse.errors makes it raise
-    # Interrupted, a KeyboardInterrupt), closing the socket: the normal end of a server.
-    server.serve_forever()
-    say("Stopped.")
+    try:
+        if not is_loopback(host):
+            say(f"warning: serving on {host}: {reach(host)} can read this warehouse (no login)")
+        say(f"Serving {title} at {url} (read-only; Ctrl-C to stop)")
+        if ready:
+            ready(url)
+        if open_browser:
+            threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+        # socketserver's loop, not Werkzeug's override of it, which swallows Ctrl-C whole.
+        super(BaseWSGIServer, server).serve_forever()
+    except KeyboardInterrupt:
+        # Ctrl-C, or SIGTERM (which warehouse.errors raises as one), from the moment the
+        # address is said: how a server ends, not an error (exit 0).
+        say("Stopped.")
+    finally:
+        server.server_close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a refusal (a port in use, an address this
+    machine lacks) is one line of ours: Werkzeug's own bind prints two and exits."""
+    listening = socket.socket(select_address_family(host, port), socket.SOCK_STREAM)
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Werkzeug's own does
+        listening.bind((host.strip("[]"), port))
+        listening.listen()
+    except OSError as exc:
+        listening.close()
+        raise WarehouseError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return listening
 
 
 def _app(viewer: Viewer, host: str, port: int, title: str):
@@ -75,7 +96,7 @@ class _HostChecked:
 
     def __call__(self, environ, start_response):
         if self.loopback and host_name(environ.get("HTTP_HOST", "")) not in LOOPBACK_NAMES:
-            start_response("400 Bad Request", [("Content-Type", "text/plain; charset=utf-8")])
+            start_response("400 Bad Request", [("Content-Type", "text/plain; charset=utf-8"), *HEADERS.items()])
             return [b"This viewer answers only requests addressed to it by a loopback address.\n"]
         return self.app(environ, start_response)
 
