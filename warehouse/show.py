@@ -380,7 +380,9 @@ def to_text(trajectory: dict[str, Any], *, color: bool = False) -> str:
 def _rewards(rewards: Any) -> str:
     if not isinstance(rewards, dict):
         return json.dumps(rewards, ensure_ascii=False)
-    return " · ".join(f"{key} {value}" for key, value in rewards.items())
+    # "reward" first, then by name: PostgreSQL's JSONB keeps keys in an order of its own.
+    keys = sorted(rewards, key=lambda key: (key != "reward", key))
+    return " · ".join(f"{key} {rewards[key]}" for key in keys)
 
 
 def _exception(exception: Any) -> str:
