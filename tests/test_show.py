@@ -189,6 +189,13 @@ def test_a_unique_start_of_a_trial_name(url, engine):
     assert load_trajectory(engine, "run-b/task2__b2")["trial_name"] == "task2__b2"
     assert load_trajectory(engine, "run-ms/ms")["trial_name"] == "ms__x1"
     assert load_trajectory(engine, "ms-job/50x")["trial_name"] == "50xyoff"
+    # A name as a fitted table cuts it (start…end) names it too.
+    assert load_trajectory(engine, "task1__…a3")["trial_name"] == "task1__a3"
+    assert load_trajectory(engine, "run-b/task1…b1")["trial_name"] == "task1__b1"
+    with pytest.raises(WarehouseError, match=r"'ta…b1' is ambiguous: it could be task1__b1, task2__b1, task3__b1$"):
+        load_trajectory(engine, "ta…b1")
+    with pytest.raises(WarehouseError, match="no trial 'task1__a…a3'"):  # start and end may not overlap
+        load_trajectory(engine, "task1__a…a3")
 
 
 def test_read_in_a_read_only_session(url, engine):
@@ -298,7 +305,8 @@ def test_cli_prefix_trace_and_turns(url, engine):
     proc = cli(url, "show", "ms__", "--turns", "3:5")
     assert proc.returncode == 0, proc.stderr
     assert "[3] assistant" in proc.stdout and "[4] user" in proc.stdout and "[5]" not in proc.stdout
-    assert "turns     3:5 of 7 (--turns)" in proc.stdout and "── step build · reward 0.0 · speed 0.5" in proc.stdout
+    assert "turns     3:5 of 7 (--turns)" in proc.stdout
+    assert "── step build · reward 0.0 · speed 0.5" in proc.stdout
     sub = cli(url, "show", "ms__x1", "--trace", "step:build/summarization-1-summary", "--format", "json")
     assert [e["trace_source"] for e in json.loads(sub.stdout)["episodes"]] == ["step:build/summarization-1-summary"]
     bad = cli(url, "show", "ms__x1", "--turns", "1:x")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
@@ -131,9 +131,14 @@ def find_trial(conn: Connection, ref: str) -> int:
             ).scalar()
             if found is not None:
                 return found
+    within = None  # the run of RUN/START, once the start is looked for in it
     candidates = _prefixed(conn, ref)
     if not candidates and run is not None and name:
-        candidates, ref = _prefixed(conn, name, run.id), name
+        candidates, ref, within = _prefixed(conn, name, run.id), name, run.id
+    if not candidates and "…" in ref:
+        # A name as a fitted table cut it (`task-log-hdfs…E2du`): its start and its end.
+        start, _, end = ref.partition("…")
+        candidates = _prefixed(conn, start, within, end)
     if len(candidates) == 1:
         return candidates[0].id
     if candidates:
@@ -147,12 +152,16 @@ def find_trial(conn: Connection, ref: str) -> int:
     raise WarehouseError(f"no trial {ref!r} (give a trial name or a unique start of one, RUN/TRIAL, or a trial id)")
 
 
-def _prefixed(conn: Connection, prefix: str, run_id: int | None = None) -> list:
-    """The trials whose name starts with `prefix` (in the run `run_id`, else any), by name and
-    run, a few more than an error lists. Literal: substr, not LIKE (no wildcards, and case counts
-    on both backends, as runs.py's key prefixes); the length is the prefix's in characters, as
-    both backends' substr counts."""
-    where = [func.substr(TRIALS.c.trial_name, 1, len(prefix)) == prefix]
+def _prefixed(conn: Connection, prefix: str, run_id: int | None = None, suffix: str = "") -> list:
+    """The trials whose name starts with `prefix` (and ends with `suffix`; in the run `run_id`,
+    else any), by name and run, a few more than an error lists. Literal: substr, not LIKE (no
+    wildcards, and case counts on both backends, as runs.py's key prefixes); lengths are in
+    characters, as both backends' substr and length count."""
+    name = TRIALS.c.trial_name
+    where = [func.substr(name, 1, len(prefix)) == prefix]
+    if suffix:
+        where += [func.length(name) >= len(prefix) + len(suffix),
+                  func.substr(name, func.length(name) - len(suffix) + 1) == suffix]
     if run_id is not None:
         where.append(TRIALS.c.run_id == run_id)
     return conn.execute(
@@ -265,13 +274,9 @@ def _episode(conn: Connection, ep, step_of: dict[str, dict[str, Any]]) -> dict[s
     name = ep.trace_source[len("step:"):].split("/", 1)[0] if ep.trace_source.startswith("step:") else None
     # A step's reward and exception are its own conversation's, not its subagents'.
     step = (step_of.get(name) or {}) if is_own_trace(ep.trace_source) else {}
-    name = ep.trace_source[len("step:"):].split("/", 1)[0] if ep.trace_source.startswith("step:") else None
-    # A step's reward and exception are its own conversation's, not its subagents'.
-    step = (step_of.get(name) or {}) if is_own_trace(ep.trace_source) else {}
     return {
         "trace_source": ep.trace_source, "episode_index": ep.episode_index,
         "n_turns": ep.n_turns, "n_chars": ep.n_chars, "extra": ep.extra,
-        "step": name, "rewards": step.get("rewards"), "exception": step.get("exception"),
         "step": name, "rewards": step.get("rewards"), "exception": step.get("exception"),
         "turns": [{"idx": t.idx, "role": t.role, "content": join_text(t.content, t.content_raw),
                    "extra": t.extra} for t in turns],

@@ -179,8 +179,9 @@ def _write_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], out: IO[
     long for their column are shortened in the middle (`9f8c2915…1cb2`: the prefix stays
     copyable), and a number or timestamp is never cut: its column is as wide as the widest
     one sampled (a wider one later pushes its row out), and columns that do not fit at all are
-    left out, the rightmost first but never one of `keep`, named in a note on stderr. With no width (--wide, or not a terminal), every value
-    in full, a text's lines on lines of their own."""
+    left out, the rightmost first but never one of `keep`, named in a note on stderr; a column
+    of `shorten` is cut its own way. With no width (--wide, or not a terminal), every value in
+    full, a text's lines on lines of their own."""
     fit = width is not None
     rows = iter(rows)
 
