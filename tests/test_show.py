@@ -262,7 +262,8 @@ def test_a_terminal_pages_through_pager(url, engine, tmp_path):
     code, screen, err, paged = on_terminal(url, tmp_path, "ms__x1")
     assert code == 0, err
     # The pager got the whole text (LESS=FRX set, as git sets it), the terminal none of it.
-    assert paged.startswith("LESS=FRX\n") and "── step build · reward 0.0 · speed 0.5" in paged
+    assert paged.startswith("LESS=FRX\n")
+    assert "── step build · reward 0.0 · 3 turns ──\nrewards   reward 0.0 · speed 0.5" in paged
     assert "→ call bash(cmd=\"ls -la\")" in paged and "other episodes" in paged
     assert "step build" not in screen
     # Colour on a terminal: thinking dimmed (less -R passes it on).
@@ -306,7 +307,8 @@ def test_cli_prefix_trace_and_turns(url, engine):
     assert proc.returncode == 0, proc.stderr
     assert "[3] assistant" in proc.stdout and "[4] user" in proc.stdout and "[5]" not in proc.stdout
     assert "turns     3:5 of 7 (--turns)" in proc.stdout
-    assert "── step build · reward 0.0 · speed 0.5" in proc.stdout
+    assert "── step setup · reward 1.0 · 4 turns ──\n" in proc.stdout  # its turn 3 is shown, turns 0 to 2 not
+    assert "── step build · reward 0.0 · 3 turns ──\nrewards   reward 0.0 · speed 0.5\n" in proc.stdout
     sub = cli(url, "show", "ms__x1", "--trace", "step:build/summarization-1-summary", "--format", "json")
     assert [e["trace_source"] for e in json.loads(sub.stdout)["episodes"]] == ["step:build/summarization-1-summary"]
     bad = cli(url, "show", "ms__x1", "--turns", "1:x")

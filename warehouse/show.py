@@ -348,7 +348,7 @@ def to_text(trajectory: dict[str, Any], *, color: bool = False) -> str:
         if span and not ep["turns"] and ep["n_turns"]:
             continue  # --turns left none of this episode's turns
         lines.append("")
-        lines.append(_episode_header(ep))
+        lines.extend(_episode_header(ep))
         if ep.get("exception"):
             lines.extend(printable(f"exception {_exception(ep['exception'])}").split("\n"))
         for turn in ep["turns"]:
@@ -383,11 +383,18 @@ def to_text(trajectory: dict[str, Any], *, color: bool = False) -> str:
 
 
 def _rewards(rewards: Any) -> str:
+    """Rewards for reading: "reward" first, then by name (PostgreSQL's JSONB keeps keys in an
+    order of its own), floats to 4 significant digits (--format json has them exact)."""
     if not isinstance(rewards, dict):
         return json.dumps(rewards, ensure_ascii=False)
-    # "reward" first, then by name: PostgreSQL's JSONB keeps keys in an order of its own.
     keys = sorted(rewards, key=lambda key: (key != "reward", key))
-    return " · ".join(f"{key} {rewards[key]}" for key in keys)
+    return " · ".join(f"{key} {_number(rewards[key])}" for key in keys)
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float):  # 1.0 and 0.5 as they are, 0.4523809523809524 as 0.4524
+        return repr(value) if len(repr(value)) <= 8 else f"{value:.4g}"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _exception(exception: Any) -> str:
@@ -397,11 +404,22 @@ def _exception(exception: Any) -> str:
     return str(exception)
 
 
-def _episode_header(ep: dict[str, Any]) -> str:
-    if ep.get("step") is not None and is_own_trace(ep["trace_source"]):
-        reward = _rewards(ep["rewards"]) if ep.get("rewards") else "no reward"
-        return printable(f"── step {ep['step']} · {reward} · {ep['n_turns']} turns ──")
-    return printable(f"── episode {ep['episode_index']} ({ep['trace_source']}): {ep['n_turns']} turns ──")
+def _episode_header(ep: dict[str, Any]) -> list[str]:
+    """An episode's header line; a step's names its reward (every reward key on a line below,
+    when it has others)."""
+    if ep.get("step") is None or not is_own_trace(ep["trace_source"]):
+        return [printable(f"── episode {ep['episode_index']} ({ep['trace_source']}): {ep['n_turns']} turns ──")]
+    rewards = ep.get("rewards")
+    if not rewards:
+        reward = "no reward"
+    elif isinstance(rewards, dict) and "reward" in rewards:
+        reward = f"reward {_number(rewards['reward'])}"
+    else:
+        reward = _rewards(rewards) if not isinstance(rewards, dict) or len(rewards) == 1 else f"{len(rewards)} rewards"
+    lines = [printable(f"── step {ep['step']} · {reward} · {ep['n_turns']} turns ──")]
+    if isinstance(rewards, dict) and set(rewards) - {"reward"} and len(rewards) > 1:
+        lines.append(printable(f"rewards   {_rewards(rewards)}"))
+    return lines
 
 
 def _others_lines(t: dict[str, Any]) -> list[str]:
