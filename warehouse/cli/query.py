@@ -16,6 +16,7 @@ from warehouse.errors import ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param
 from warehouse.readonly import DEFAULT_TIMEOUT
+from warehouse.runs import RUN_NAME_COLUMNS, run_names, with_run_names
 
 query_app = typer.Typer(no_args_is_help=True, help="""Canned cross-run queries: `warehouse query list` shows them.
 
@@ -128,6 +129,12 @@ def _filter_option(keyword: str, option: str, help: str) -> inspect.Parameter:
                              annotation=Annotated[Optional[list[str]], typer.Option(option, help=help)])
 
 
+# The columns a query exists for, which a table fitting the terminal leaves out last (never).
+_KEEP = {"compare-test": ("verdict", "kind"), "compare": ("flip",), "leaderboard": ("pass_rate", "tied_with_best", "verdict")}
+# Columns other than run_key that hold run keys, and where a table names those runs.
+_RUNS_IN = {"compare-test": {"a": "a_name", "b": "b_name"}}
+
+
 def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple[str, ...] | None = None) -> None:
     """`query`'s command on `group` (`warehouse query NAME`, or a top-level command)."""
     positional = [p for p in query.params if p.positional]
@@ -150,7 +157,11 @@ def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple
             raise typer.BadParameter(str(exc)) from None
         wh = state(ctx).warehouse
         result = wh.query(query.name, timeout=timeout, **narrowed, **values)
-        write_rows(result.columns, result.rows, format, wide=wide)
+        columns, rows = result.columns, result.rows
+        if format is Format.table:  # runs by name as well as key, for people (CSV and JSON stay as they are)
+            columns, rows = with_run_names(columns, rows, lambda: run_names(wh.url, timeout),
+                                           {**RUN_NAME_COLUMNS, **_RUNS_IN.get(query.name, {})})
+        write_rows(columns, rows, format, wide=wide, keep=_KEEP.get(query.name, ()))
         for line in (result.note or "").splitlines():
             echo_err(f"note: {line}")
         if query.footnote is not None and format is Format.table:
