@@ -22,9 +22,6 @@ from warehouse.db import schema
 from warehouse.db.engine import make_read_engine, sqlite_path, sqlite_read_uri
 from warehouse.errors import WarehouseError
 
-CHUNK = 1 << 20
-
-
 def archive(source_url: URL, out: Path, *, force: bool = False) -> str:
     """Write the archive of the warehouse at source_url to `out`; its SHA-256 (hex)."""
     out = Path(out)
@@ -77,8 +74,5 @@ def _freeze(path: Path) -> None:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
