@@ -31,7 +31,8 @@ HEAD = schema.HEAD_REVISION
 
 
 def _commands() -> dict[str, list[str]]:
-    """Every read command, by test id. {trial}, {a}, {b} and {out} are filled in per target."""
+    """Every read command, by test id. {trial}, {a}, {b}, {out} and {db} (the warehouse itself,
+    for `db copy FROM`) are filled in per target."""
     commands = {
         "sql": ["sql", "select count(*) AS n from trials"],
         "search": ["search", "the", "--limit", "3"],
@@ -42,6 +43,10 @@ def _commands() -> dict[str, list[str]]:
         "db-current": ["db", "current"],
         "db-check": ["db", "check"],
         "runs": ["runs"],
+        "sources": ["sources"],
+        "loads": ["loads"],
+        "db-archive": ["db", "archive", "{out}"],
+        "db-copy": ["db", "copy", "{db}", "{out}"],
         "query-filtered": ["query", "pass-rate", "--run", "{a}", "--task", "*", "--by", "label:step"],
     }
     for name in QUERIES:
@@ -135,7 +140,7 @@ def test_read_command_leaves_every_file_as_it_was(kind, command, sample_warehous
     path = make_target(kind, sample_warehouse, folder)
     facts = _facts(sample_warehouse) if kind in ("wal", "rollback") else {"trial": "t", "a": "a", "b": "b"}
     out = tmp_path / "out"  # outside the database's folder
-    args = [a.format(out=out, **facts) for a in COMMANDS[command]]
+    args = [a.format(out=out, db=path, **facts) for a in COMMANDS[command]]
     before = snapshot(folder)
 
     done = run_cli(str(path), *args)
@@ -395,7 +400,7 @@ def test_the_probe_refuses_a_read_outside_read_only(probed_pg):
 def test_every_read_command_runs_read_only_on_postgresql(command, probed_pg, tmp_path):
     url, facts = probed_pg
     out = tmp_path / "out"
-    done = run_cli(url, *(a.format(out=out, **facts) for a in COMMANDS[command]))
+    done = run_cli(url, *(a.format(out=out, db=url, **facts) for a in COMMANDS[command]))
     assert done.returncode == 0, done.stderr
     if command == "sql":
         assert facts["n_trials"] in done.stdout
