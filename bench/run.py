@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from bench import long_trial, serve
+from bench import copy, long_trial, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -651,8 +651,9 @@ def canned_query_results(data: dict[str, Path], work: Path, args) -> list[tuple[
 # The whole-process rows, by the name `--only` knows them by.
 WHOLE_PROCESS: dict[str, Callable] = {"startup": startup_results, "ingest": whole_ingest_results,
                                       "long": lambda data, work, args: long_trial.results(work, args)}
-# What `--only` can measure alone: those, the canned queries, and the viewer's pages.
-PARTS: dict[str, Callable] = {**WHOLE_PROCESS, "queries": canned_query_results, "serve": serve.results}
+# What `--only` can measure alone: those, the canned queries, the viewer's pages, db copy.
+PARTS: dict[str, Callable] = {**WHOLE_PROCESS, "queries": canned_query_results, "serve": serve.results,
+                              "copy": copy.results}
 
 
 def report(results, info, args) -> None:

@@ -5,6 +5,7 @@ command; the innermost one given wins, and WAREHOUSE_DB applies when none is. On
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,8 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("db", "downgrade"): ["-1", "--yes"],
     ("db", "current"): [],
     ("db", "check"): [],
+    ("db", "copy"): ["{db}", "{out}.db"],
+    ("db", "archive"): ["{out}.db"],
     ("query", "list"): [],
     ("query", "runs"): [],
     ("query", "pass-rate"): ["--by", "model"],
@@ -35,6 +38,10 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("query", "compare-test"): ["--a", RUN_A, "--b", RUN_B],
     ("query", "failures"): [],
     ("query", "lengths"): [],
+    ("query", "sources"): [],
+    ("query", "loads"): ["sample"],
+    ("sources",): [],
+    ("loads",): [],
     ("query", "leaderboard"): [],
     ("query", "power"): ["--delta", "0.1"],
     ("sql",): ["SELECT count(*) FROM trials"],
@@ -49,6 +56,9 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("runs", "label"): [RUN_A, "step=1"],
     ("report",): ["{out}.html"],
 }
+
+# Commands that run until stopped: test_db_after_serve starts and stops them.
+SERVERS = [("serve",)]
 
 
 def _cli(*args: str, env_db: str | None) -> subprocess.CompletedProcess:
@@ -68,14 +78,14 @@ def sample_url(db_url, engine):
 def test_every_command_is_covered():
     runnable_groups = [path for path, command in cli_tree.commands().items()
                        if path and getattr(command, "invoke_without_command", False)]  # `warehouse runs`
-    assert sorted(ARGS) == sorted(cli_tree.leaves() + runnable_groups)
+    assert sorted([*ARGS, *SERVERS]) == sorted(cli_tree.leaves() + runnable_groups)
 
 
 @pytest.mark.parametrize("path", sorted(ARGS), ids=" ".join)
 def test_db_after_the_command(path, sample_url, tmp_path):
     """`warehouse PATH ARGS --db URL` uses URL, although WAREHOUSE_DB names a file that does
     not exist (a reader would say `no warehouse at …`)."""
-    args = [a.replace("{out}", str(tmp_path / "out")) for a in ARGS[path]]
+    args = [a.replace("{out}", str(tmp_path / "out")).replace("{db}", sample_url) for a in ARGS[path]]
     done = _cli(*path, *args, "--db", sample_url, env_db=str(tmp_path / "missing.db"))
     assert done.returncode == 0, done.stderr
     assert "missing.db" not in done.stderr
@@ -95,3 +105,19 @@ def test_db_anywhere_and_the_innermost_wins(sample_url, tmp_path):
     # The innermost wins the other way round too: it names the missing file, which is reported.
     wrong = _cli("--db", sample_url, "db", "current", "--db", missing, env_db=None)
     assert wrong.returncode == 1 and wrong.stderr.startswith(f"Error: no warehouse at {missing}")
+
+
+def test_db_after_serve(sample_url, tmp_path):
+    """`warehouse serve --db URL` serves URL, although WAREHOUSE_DB names a missing file."""
+    env = {k: v for k, v in os.environ.items() if k != "WAREHOUSE_DB"}
+    env["WAREHOUSE_DB"] = str(tmp_path / "missing.db")
+    proc = subprocess.Popen([sys.executable, "-m", "warehouse", "serve", "--port", "0", "--db", sample_url],
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=60)[1]
+    finally:
+        proc.kill()
+    assert first.startswith("Serving ") and " at http://127.0.0.1:" in first, first + rest
+    assert "missing.db" not in first + rest and proc.returncode == 0

@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tomllib
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -162,7 +164,33 @@ def test_every_example_runs(path, line, sample_warehouse, tmp_path):
     env = _env("installed")
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     env.pop("WAREHOUSE_DB", None)
+    if line.startswith("warehouse serve"):
+        _serve_example(line, tmp_path, env)
+        return
     done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, f"{line}\n{done.stderr}"
     assert "Traceback" not in done.stderr
+
+
+def _serve_example(line: str, cwd: Path, env: dict[str, str]) -> None:
+    """A server runs until stopped: the example is started on a free port (a later --port wins),
+    with a browser that opens nothing (--open), must answer its first page, and ends on Ctrl-C
+    in one line."""
+    env = {**env, "BROWSER": "true"}
+    proc = subprocess.Popen(["bash", "-c", f"exec {line} --port 0"], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = []
+        while not any(" at http://" in s for s in said):
+            said.append(proc.stderr.readline())
+            assert said[-1], f"{line}: ended without serving\n{''.join(said)}"
+        port = re.search(r":(\d+)/ ", said[-1]).group(1)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=60) as response:
+            assert response.status == 200
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=60)[1]
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, f"{line}\n{''.join(said)}{rest}"
+    assert rest.rstrip().endswith("Stopped.") and "Traceback" not in rest

@@ -87,3 +87,24 @@ def test_the_version_has_one_home():
              for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Assign)
              and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)]
     assert homes == ["warehouse/version.py"]
+
+
+WEB = ("flask", "werkzeug", "jinja2", "markupsafe")
+
+
+def test_the_web_viewer_is_a_layer_on_top_that_nothing_else_needs():
+    """warehouse.serve stands on the library as the CLI does (neither the CLI nor the ingest), and
+    only it imports the web stack, and only `warehouse serve` imports it: no other command pays
+    for Flask."""
+    serve = ROOT / "warehouse" / "serve"
+    # Beside the library, only the output formats, declared once (a download is what the CLI prints).
+    wrong = [f"{path.relative_to(ROOT)}:{line}: {module}" for path in sorted(serve.rglob("*.py"))
+             for line, module, _ in imports(path)
+             if within(module, ("warehouse.cli", "ingest")) and module != "warehouse.cli.output"]
+    assert not wrong, "\n".join(wrong)
+    # (The benchmark, which measures the viewer, is no command.)
+    outside = [path for name in PROJECT if name != "bench" for path in sorted(ROOT.joinpath(name).rglob("*.py"))
+               if serve not in path.parents]
+    web = [f"{path.relative_to(ROOT)}:{line}: {module}" for path in outside for line, module, _ in imports(path)
+           if within(module, WEB) or (within(module, ("warehouse.serve",)) and path != ROOT / "warehouse/cli/serve.py")]
+    assert not web, "\n".join(web)

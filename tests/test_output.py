@@ -73,7 +73,46 @@ def test_numbers_are_never_cut_columns_that_do_not_fit_are_left_out(capsys):
     rows = [(big, big + 1, big + 2, "text")]
     lines = table(rows, ["a", "b", "c", "d"], width=34).splitlines()
     assert lines[0].split() == ["a", "b"] and lines[2].split() == [str(big), str(big + 1)]
-    assert "(2 more columns not shown at this width: c, d; --wide shows them" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # The note wraps at the width (COLUMNS), between words, its later lines indented.
+    assert "(2 more columns not shown at this width: c, d; --wide shows them" in " ".join(err.split())
+    assert all(len(line) <= 34 for line in err.splitlines()) and err.count("\n") > 1
+
+
+def test_a_kept_column_is_never_left_out(capsys):
+    # What the command exists for (compare-test's verdict, search's snippet) stays when the table
+    # is too narrow for every column: the others go, from the right, and it keeps _MIN_KEPT (30).
+    big = 123456789012345
+    verdict = "no significant difference (paired t-test on the tasks' success shares)"
+    rows = [(big, big + 1, big + 2, verdict)]
+    lines = table(rows, ["a", "b", "c", "verdict"], width=60, keep=("verdict",)).splitlines()
+    assert lines[0].split() == ["a", "verdict"]
+    assert lines[2].startswith(f"{big}  no significant difference (paired t") and len(lines[2]) <= 60
+    assert "(2 more columns not shown at this width: b, c;" in " ".join(capsys.readouterr().err.split())
+    # Without keep, the verdict is the first to go (the old way), which is what keep is for.
+    assert table(rows, ["a", "b", "c", "verdict"], width=60).splitlines()[0].split() == ["a", "b", "c"]
+    # A column's own way of cutting (search's: around the hit).
+    cut = table([("x" * 50, "the hit is at the end: HIT")], ["key", "snippet"], width=40, keep=("snippet",),
+                shorten={"snippet": lambda text, width: "…" + text[-(width - 1):]})
+    snippet = cut.splitlines()[2].split("  ")[-1]
+    assert snippet.startswith("…") and snippet.endswith("at the end: HIT")
+
+
+def test_notes_wrap_at_the_terminal_width_and_stay_whole_to_a_pipe(capsys):
+    from warehouse.cli.output import echo_err
+
+    note = "note: " + " ".join(f"word{i}" for i in range(40)) + " " + KEY
+    os.environ["COLUMNS"] = "50"
+    try:
+        echo_err(note)
+    finally:
+        os.environ.pop("COLUMNS", None)
+    err = capsys.readouterr().err
+    assert " ".join(err.split()) == note and err.count("\n") > 4
+    # Wrapped between words, never within one (a run key stays whole to copy), nothing cut.
+    assert all(len(line) <= 50 for line in err.splitlines()) and KEY in err
+    echo_err(note)  # to a pipe, COLUMNS unset: one line, as scripts read it
+    assert capsys.readouterr().err == note + "\n"
 
 
 def test_later_rows_are_cut_to_the_sampled_widths_but_not_their_numbers():

@@ -72,7 +72,7 @@ def test_holm_and_benjamini_hochberg_adjust_as_statsmodels_does():
 def test_every_sql_parameter_is_declared():
     # A `:word` in a .sql file (a comment too) becomes a bind parameter: all must be declared.
     for query in QUERIES.values():
-        for sql in (query.sql, query.summary_sql):
+        for sql in filter(None, (query.sql, query.summary_sql, query.narrowed_sql)):
             assert bind_names(sql) <= {p.name for p in query.params}, query.name
 
 
@@ -448,3 +448,35 @@ def test_a_threshold_is_finite_and_within_0_1_or_the_rewards(url, engine):
     done = cli(url, "query", "runs", "--threshold", "40.5")
     assert (done.returncode, done.stderr.splitlines()) == (1, [
         "Error: --threshold must lie between 0 and 40 (0 to 1, or further where the rewards stored do), not 40.5"])
+
+
+def test_tables_name_runs_and_keep_what_the_query_is_for(url, engine):
+    import os
+    import subprocess
+    import sys
+
+    from sqlalchemy import text
+
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET name = 'alpha' WHERE run_key = 'run-a'"))
+
+    def table(*args, columns="200"):
+        done = subprocess.run([sys.executable, "-m", "warehouse", "--db", url, "query", *args], capture_output=True,
+                              text=True, env={**os.environ, "COLUMNS": columns}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    # A table names each run beside its key (∅: no name); CSV and JSON keep their columns.
+    matrix = table("solve-matrix").stdout.splitlines()
+    assert matrix[0].split()[:3] == ["task", "run_key", "run_name"]
+    assert {tuple(line.split()[1:3]) for line in matrix[2:]} == {("run-a", "alpha"), ("run-b", "∅"), ("run-c", "∅")}
+    assert cli(url, "query", "solve-matrix", "--format", "csv").stdout.splitlines()[0] == \
+        "task,run_key,attempts,successes,runs_solved,runs_attempted"
+    assert table("pass-rate").stdout.splitlines()[0].split()[:2] == ["run_key", "run_name"]
+    assert table("runs").stdout.splitlines()[0].split()[:3] == ["run_key", "name", "trials"]  # named already
+    # compare-test: both runs named; at 80 columns the verdict stays (it came last, and went first).
+    narrow = table("compare-test", "run-a", "run-b", columns="80")
+    head, _, row = narrow.stdout.splitlines()
+    assert head.split()[:4] == ["a", "a_name", "b", "b_name"] and head.split()[-1] == "verdict"
+    assert row.split()[:2] == ["run-a", "alpha"] and "too few shared tasks" in row
+    assert "verdict" not in narrow.stderr and "not shown at this width" in narrow.stderr

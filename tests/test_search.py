@@ -148,3 +148,39 @@ def test_cli(url):
     assert len(capped.stdout.splitlines()) == 3 and "stopped at 2 hits" in capped.stderr
     assert cli(url, "index", "drop").returncode == 0
     assert cli(url, "search", "").returncode == 2
+
+
+def test_a_snippet_is_cut_around_its_hit():
+    snippet = "…" + "x" * 55 + " the MIDDLE part " + "y" * 54 + "…"
+    for width in (13, 20, 30, 60, 100):
+        cut = search_lib.snippet_within(snippet, width, "middle")
+        assert len(cut) == width and "MIDDLE" in cut and cut.startswith("…") and cut.endswith("…")
+    assert search_lib.snippet_within("the MIDDLE part " + "y" * 50, 20, "middle").startswith("the MIDDLE part")
+    assert search_lib.snippet_within("x" * 50 + " the MIDDLE", 20, "middle") == "…" + "x" * 8 + " the MIDDLE"
+    assert search_lib.snippet_within(snippet, 500, "middle") == snippet  # fits: as it is
+    # A hit wider than the column: its beginning. A needle with a newline matches its snippet's space.
+    assert search_lib.snippet_within("a " + "H" * 40 + " b", 12, "h" * 40) == "…" + "H" * 10 + "…"
+    assert "one two" in search_lib.snippet_within("z" * 40 + " one two " + "z" * 40, 15, "one\ntwo")
+
+
+def test_a_narrow_table_keeps_the_snippet_and_names_runs(url, engine):
+    _add_late_message(engine, "x" * 200 + " the MIDDLE part " + "y" * 200, "long")
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET name = 'bee' WHERE run_key = 'run-b'"))
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "warehouse", "--db", url, "search", "middle"], capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": "60"}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    header, _, hit = done.stdout.splitlines()
+    assert header.split()[:2] == ["run_key", "run_name"] and header.split()[-1] == "snippet"
+    assert "MIDDLE" in hit and all(len(line) <= 60 for line in done.stdout.splitlines())
+    named = subprocess.run([sys.executable, "-m", "warehouse", "--db", url, "search", "ERROR"], capture_output=True,
+                           text=True, env={**os.environ, "COLUMNS": "200"}, timeout=120)
+    assert [line.split()[:3] for line in named.stdout.splitlines()[2:]] == [
+        ["run-b", "bee", "task1__b0"], ["run-b", "bee", "task2__b0"]]
+    # CSV and JSON keep their columns (scripts read them by position too).
+    assert cli(url, "search", "ERROR", "--format", "csv").stdout.splitlines()[0] == \
+        "run_key,trial_name,trace_source,episode,turn,role,snippet"

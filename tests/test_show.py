@@ -189,6 +189,13 @@ def test_a_unique_start_of_a_trial_name(url, engine):
     assert load_trajectory(engine, "run-b/task2__b2")["trial_name"] == "task2__b2"
     assert load_trajectory(engine, "run-ms/ms")["trial_name"] == "ms__x1"
     assert load_trajectory(engine, "ms-job/50x")["trial_name"] == "50xyoff"
+    # A name as a fitted table cuts it (start…end) names it too.
+    assert load_trajectory(engine, "task1__…a3")["trial_name"] == "task1__a3"
+    assert load_trajectory(engine, "run-b/task1…b1")["trial_name"] == "task1__b1"
+    with pytest.raises(WarehouseError, match=r"'ta…b1' is ambiguous: it could be task1__b1, task2__b1, task3__b1$"):
+        load_trajectory(engine, "ta…b1")
+    with pytest.raises(WarehouseError, match="no trial 'task1__a…a3'"):  # start and end may not overlap
+        load_trajectory(engine, "task1__a…a3")
 
 
 def test_read_in_a_read_only_session(url, engine):
@@ -201,3 +208,111 @@ def test_read_in_a_read_only_session(url, engine):
         t = trajectory_on(session.connection, "ms__x", turns="1:2")
     assert t == load_trajectory(engine, "ms__x1", turns="1:2")
     assert [turn["content"] for e in t["episodes"] for turn in e["turns"]] == [SETUP_EP1[1][1]]
+
+
+# --- on a terminal: the pager ------------------------------------------------------------------
+
+def on_terminal(db_url, tmp_path, *args, pager: str | None = "record", env: dict | None = None):
+    """`warehouse show ARGS` with stdout on a pseudo-terminal (the pty module), PAGER a script that
+    records what it got (its stdin, and LESS) in tmp_path/paged (`record`), reads 10 bytes and
+    leaves as a user pressing q does (`quit`), or the given command. Returns (exit code, what
+    reached the terminal, stderr, what the pager recorded or None)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    import threading
+
+    script = tmp_path / "pager.sh"
+    paged = tmp_path / "paged"
+    script.write_text({"record": f'#!/bin/sh\necho "LESS=$LESS" > {paged}\ncat >> {paged}\n',
+                       "quit": f'#!/bin/sh\nhead -c 10 > {paged}\n'}.get(pager, ""))
+    script.chmod(0o755)
+    child_env = {k: v for k, v in os.environ.items() if k not in ("PAGER", "LESS", "NO_COLOR")}
+    child_env["TERM"] = "xterm"
+    if pager is not None:
+        child_env["PAGER"] = str(script) if pager in ("record", "quit") else pager
+    child_env.update(env or {})
+    master, slave = pty.openpty()
+    screen = bytearray()
+
+    def drain():
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal's other end closed
+                return
+            if not chunk:
+                return
+            screen.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    proc = subprocess.run([sys.executable, "-m", "warehouse", "--db", db_url, "show", *args], stdout=slave,
+                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=child_env, timeout=120)
+    os.close(slave)
+    reader.join(timeout=10)
+    os.close(master)
+    recorded = paged.read_bytes().decode() if paged.exists() else None
+    return proc.returncode, screen.decode(errors="replace"), proc.stderr.decode(), recorded
+
+
+def test_a_terminal_pages_through_pager(url, engine, tmp_path):
+    multi_step(engine)
+    code, screen, err, paged = on_terminal(url, tmp_path, "ms__x1")
+    assert code == 0, err
+    # The pager got the whole text (LESS=FRX set, as git sets it), the terminal none of it.
+    assert paged.startswith("LESS=FRX\n")
+    assert "── step build · reward 0.0 · 3 turns ──\nrewards   reward 0.0 · speed 0.5" in paged
+    assert "→ call bash(cmd=\"ls -la\")" in paged and "other episodes" in paged
+    assert "step build" not in screen
+    # Colour on a terminal: thinking dimmed (less -R passes it on).
+    assert "\x1b[2m    [thinking]\x1b[0m" in paged
+    # A LESS of the user's own is kept.
+    assert on_terminal(url, tmp_path, "ms__x1", env={"LESS": "-S"})[3].startswith("LESS=-S\n")
+    # NO_COLOR: no escapes.
+    assert "\x1b" not in on_terminal(url, tmp_path, "ms__x1", env={"NO_COLOR": "1"})[3]
+
+
+@pytest.mark.parametrize("how", ["--no-pager", "PAGER=cat", "PAGER=", "pipe"])
+def test_no_pager(url, engine, tmp_path, how):
+    multi_step(engine)
+    if how == "pipe":  # not a terminal: no pager whatever PAGER says, and no colour
+        proc = cli(url, "show", "ms__x1")
+        assert proc.returncode == 0 and "── step setup" in proc.stdout and "\x1b" not in proc.stdout
+        return
+    pager = how[len("PAGER="):] if how.startswith("PAGER=") else "record"
+    code, screen, err, paged = on_terminal(url, tmp_path, "ms__x1", *(["--no-pager"] if how == "--no-pager" else []),
+                                           pager=pager)
+    assert code == 0, err
+    assert paged is None and "── step setup" in screen
+
+
+def test_a_pager_left_early_is_no_error(url, engine, tmp_path):
+    source = writer.ensure_source(engine, "parquet", "/fixture/long", "long")
+    with writer.unit(engine, source, "unit-long", "hash-long") as u:
+        u.add_trials([Trial(run_key="run-long", trial_name="long__0", reward=1.0, result="1.0", episodes=[
+            Episode(0, [Turn("user" if i % 2 else "assistant", f"line {i}\n" * 200) for i in range(200)])])])
+    code, screen, err, paged = on_terminal(url, tmp_path, "long__0", pager="quit")
+    # The pager read 10 bytes of some 2 MB and left: the rest is dropped without a word.
+    assert code == 0 and err == "" and paged == "trial     "
+    # A pager that is not installed: the text is written to the terminal instead.
+    code, screen, err, _ = on_terminal(url, tmp_path, "task2__b0", pager="no-such-pager-xyz -R")
+    assert code == 0 and "tests pass" in screen, err
+
+
+def test_cli_prefix_trace_and_turns(url, engine):
+    multi_step(engine)
+    proc = cli(url, "show", "ms__", "--turns", "3:5")
+    assert proc.returncode == 0, proc.stderr
+    assert "[3] assistant" in proc.stdout and "[4] user" in proc.stdout and "[5]" not in proc.stdout
+    assert "turns     3:5 of 7 (--turns)" in proc.stdout
+    assert "── step setup · reward 1.0 · 4 turns ──\n" in proc.stdout  # its turn 3 is shown, turns 0 to 2 not
+    assert "── step build · reward 0.0 · 3 turns ──\nrewards   reward 0.0 · speed 0.5\n" in proc.stdout
+    sub = cli(url, "show", "ms__x1", "--trace", "step:build/summarization-1-summary", "--format", "json")
+    assert [e["trace_source"] for e in json.loads(sub.stdout)["episodes"]] == ["step:build/summarization-1-summary"]
+    bad = cli(url, "show", "ms__x1", "--turns", "1:x")
+    assert bad.returncode == 1 and bad.stderr == "Error: --turns is A:B (turn numbers, as a Python slice), not '1:x'\n"
+    assert cli(url, "show", "ms__x1", "--all", "--trace", "main").returncode == 2
+    ambiguous = cli(url, "show", "task1__")
+    assert ambiguous.returncode == 1 and ambiguous.stderr.count("\n") == 1, ambiguous.stderr

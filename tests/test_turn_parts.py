@@ -53,7 +53,8 @@ def test_odd_texts():
     openai = split_turn('<tool_call>{"name": "f", "arguments": "{\\"a\\": 1}"}</tool_call>')[0]
     assert (openai.name, openai.arguments) == ("f", {"a": 1})
     # NUL and other control characters are plain text.
-    assert kinds(split_turn("\x00<think>\x00</think>\x1b")) == [("text", "\x00"), ("thinking", "\x00"), ("text", "\x1b")]
+    assert kinds(split_turn("\x00<think>\x00</think>\x1b")) == [
+        ("text", "\x00"), ("thinking", "\x00"), ("text", "\x1b")]
     # Deeply nested JSON does not raise.
     deep = split_turn("<tool_call>" + "[" * 100_000 + "</tool_call>")[0]
     assert deep.name is None

@@ -18,8 +18,9 @@ Labels are `key=value` text on a run (table `run_labels`, one value per key per 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, text
 
@@ -76,6 +77,39 @@ def resolve_runs(conn: Connection, specs: Iterable[str]) -> list[RunRef]:
 
 
 # --- names -------------------------------------------------------------------------------------
+
+# The columns that hold run keys, and the column a table shows each one's run names in.
+RUN_NAME_COLUMNS = {"run_key": "run_name"}
+
+
+def with_run_names(columns: Sequence[str], rows: Iterable[Sequence[Any]], names: Callable[[], Mapping[str, str | None]],
+                   named: Mapping[str, str] = RUN_NAME_COLUMNS) -> tuple[list[str], Iterable[Sequence[Any]]]:
+    """A table that names runs by key (a `run_key` column, or the `named` ones) with their names
+    beside them, for people: a `run_name` column after `run_key` (∅ for a run without a name).
+    CSV and JSON keep their columns, for scripts (`query runs` maps keys to names). `names()`
+    (run_names) is called only when there is a key column to name, and no name column already
+    (`query runs` has one)."""
+    columns = list(columns)
+    pairs = [(key, name) for key, name in named.items() if key in columns and name not in columns]
+    if not pairs or "name" in columns:
+        return columns, rows
+    name_of = names()
+    at = {columns.index(key): name for key, name in pairs}
+    out_columns = [c for i, column in enumerate(columns) for c in ((column, at[i]) if i in at else (column,))]
+
+    def with_names(row: Sequence[Any]) -> tuple:
+        return tuple(v for i, value in enumerate(row) for v in ((value, name_of.get(value)) if i in at else (value,)))
+
+    return out_columns, map(with_names, rows)
+
+
+def run_names(url: Any, timeout: float) -> dict[str, str | None]:
+    """{run key: name} of every run (runs are few), read-only (with_run_names)."""
+    from warehouse.readonly import readonly_session
+
+    with readonly_session(url, timeout=timeout, own_text=True) as session:
+        return dict(session.fetch("SELECT run_key, name FROM runs", {}, max_rows=None, last=True).rows)
+
 
 def source_run_name(name: str, run_key: str, n_runs: int) -> str:
     """What a run of a source named `name` (a dataset, or `ingest --run NAME`) is called: the

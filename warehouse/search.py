@@ -202,6 +202,31 @@ def _snippet(excerpt: str, offset: int, cut_before: bool, length: int) -> str:
     return printable(re.sub(r"\s+", " ", text)).strip()
 
 
+def snippet_within(snippet: str, width: int, needle: str) -> str:
+    """A snippet in at most `width` characters, cut around its hit so that the hit stays in
+    view (a table narrower than the snippet): as much context on each side as fits, "…" where
+    cut. The hit is found as the search matched it (ASCII letters in either case), in the
+    snippet's own form (whitespace runs as one space, control characters made visible); where
+    it is not found, the snippet keeps its beginning."""
+    if len(snippet) <= width:
+        return snippet
+    if width < 2:
+        return "…"[:width]
+    shown_needle = printable(re.sub(r"\s+", " ", needle)).translate(_ASCII_FOLD)
+    start = snippet.translate(_ASCII_FOLD).find(shown_needle) if shown_needle else -1
+    if start < 0:
+        return snippet[:width - 1] + "…"
+    end = start + len(shown_needle)
+    if end - start >= width - 2:  # the hit alone is wider: its beginning
+        return "…" + snippet[start:start + width - 2] + "…" if start else snippet[:width - 1] + "…"
+    begin = max(0, start - (width - 2 - (end - start)) // 2)
+    if begin == 0:
+        return snippet[:width - 1] + "…"
+    if begin + width - 1 >= len(snippet):
+        return "…" + snippet[len(snippet) - (width - 1):]
+    return "…" + snippet[begin:begin + width - 2] + "…"
+
+
 # --- the index ---------------------------------------------------------------------------
 
 @dataclass

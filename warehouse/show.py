@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
@@ -131,9 +131,14 @@ def find_trial(conn: Connection, ref: str) -> int:
             ).scalar()
             if found is not None:
                 return found
+    within = None  # the run of RUN/START, once the start is looked for in it
     candidates = _prefixed(conn, ref)
     if not candidates and run is not None and name:
-        candidates, ref = _prefixed(conn, name, run.id), name
+        candidates, ref, within = _prefixed(conn, name, run.id), name, run.id
+    if not candidates and "…" in ref:
+        # A name as a fitted table cut it (`task-log-hdfs…E2du`): its start and its end.
+        start, _, end = ref.partition("…")
+        candidates = _prefixed(conn, start, within, end)
     if len(candidates) == 1:
         return candidates[0].id
     if candidates:
@@ -147,12 +152,16 @@ def find_trial(conn: Connection, ref: str) -> int:
     raise WarehouseError(f"no trial {ref!r} (give a trial name or a unique start of one, RUN/TRIAL, or a trial id)")
 
 
-def _prefixed(conn: Connection, prefix: str, run_id: int | None = None) -> list:
-    """The trials whose name starts with `prefix` (in the run `run_id`, else any), by name and
-    run, a few more than an error lists. Literal: substr, not LIKE (no wildcards, and case counts
-    on both backends, as runs.py's key prefixes); the length is the prefix's in characters, as
-    both backends' substr counts."""
-    where = [func.substr(TRIALS.c.trial_name, 1, len(prefix)) == prefix]
+def _prefixed(conn: Connection, prefix: str, run_id: int | None = None, suffix: str = "") -> list:
+    """The trials whose name starts with `prefix` (and ends with `suffix`; in the run `run_id`,
+    else any), by name and run, a few more than an error lists. Literal: substr, not LIKE (no
+    wildcards, and case counts on both backends, as runs.py's key prefixes); lengths are in
+    characters, as both backends' substr and length count."""
+    name = TRIALS.c.trial_name
+    where = [func.substr(name, 1, len(prefix)) == prefix]
+    if suffix:
+        where += [func.length(name) >= len(prefix) + len(suffix),
+                  func.substr(name, func.length(name) - len(suffix) + 1) == suffix]
     if run_id is not None:
         where.append(TRIALS.c.run_id == run_id)
     return conn.execute(
@@ -265,13 +274,9 @@ def _episode(conn: Connection, ep, step_of: dict[str, dict[str, Any]]) -> dict[s
     name = ep.trace_source[len("step:"):].split("/", 1)[0] if ep.trace_source.startswith("step:") else None
     # A step's reward and exception are its own conversation's, not its subagents'.
     step = (step_of.get(name) or {}) if is_own_trace(ep.trace_source) else {}
-    name = ep.trace_source[len("step:"):].split("/", 1)[0] if ep.trace_source.startswith("step:") else None
-    # A step's reward and exception are its own conversation's, not its subagents'.
-    step = (step_of.get(name) or {}) if is_own_trace(ep.trace_source) else {}
     return {
         "trace_source": ep.trace_source, "episode_index": ep.episode_index,
         "n_turns": ep.n_turns, "n_chars": ep.n_chars, "extra": ep.extra,
-        "step": name, "rewards": step.get("rewards"), "exception": step.get("exception"),
         "step": name, "rewards": step.get("rewards"), "exception": step.get("exception"),
         "turns": [{"idx": t.idx, "role": t.role, "content": join_text(t.content, t.content_raw),
                    "extra": t.extra} for t in turns],
@@ -343,7 +348,7 @@ def to_text(trajectory: dict[str, Any], *, color: bool = False) -> str:
         if span and not ep["turns"] and ep["n_turns"]:
             continue  # --turns left none of this episode's turns
         lines.append("")
-        lines.append(_episode_header(ep))
+        lines.extend(_episode_header(ep))
         if ep.get("exception"):
             lines.extend(printable(f"exception {_exception(ep['exception'])}").split("\n"))
         for turn in ep["turns"]:
@@ -378,9 +383,18 @@ def to_text(trajectory: dict[str, Any], *, color: bool = False) -> str:
 
 
 def _rewards(rewards: Any) -> str:
+    """Rewards for reading: "reward" first, then by name (PostgreSQL's JSONB keeps keys in an
+    order of its own), floats to 4 significant digits (--format json has them exact)."""
     if not isinstance(rewards, dict):
         return json.dumps(rewards, ensure_ascii=False)
-    return " · ".join(f"{key} {value}" for key, value in rewards.items())
+    keys = sorted(rewards, key=lambda key: (key != "reward", key))
+    return " · ".join(f"{key} {_number(rewards[key])}" for key in keys)
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float):  # 1.0 and 0.5 as they are, 0.4523809523809524 as 0.4524
+        return repr(value) if len(repr(value)) <= 8 else f"{value:.4g}"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _exception(exception: Any) -> str:
@@ -390,11 +404,22 @@ def _exception(exception: Any) -> str:
     return str(exception)
 
 
-def _episode_header(ep: dict[str, Any]) -> str:
-    if ep.get("step") is not None and is_own_trace(ep["trace_source"]):
-        reward = _rewards(ep["rewards"]) if ep.get("rewards") else "no reward"
-        return printable(f"── step {ep['step']} · {reward} · {ep['n_turns']} turns ──")
-    return printable(f"── episode {ep['episode_index']} ({ep['trace_source']}): {ep['n_turns']} turns ──")
+def _episode_header(ep: dict[str, Any]) -> list[str]:
+    """An episode's header line; a step's names its reward (every reward key on a line below,
+    when it has others)."""
+    if ep.get("step") is None or not is_own_trace(ep["trace_source"]):
+        return [printable(f"── episode {ep['episode_index']} ({ep['trace_source']}): {ep['n_turns']} turns ──")]
+    rewards = ep.get("rewards")
+    if not rewards:
+        reward = "no reward"
+    elif isinstance(rewards, dict) and "reward" in rewards:
+        reward = f"reward {_number(rewards['reward'])}"
+    else:
+        reward = _rewards(rewards) if not isinstance(rewards, dict) or len(rewards) == 1 else f"{len(rewards)} rewards"
+    lines = [printable(f"── step {ep['step']} · {reward} · {ep['n_turns']} turns ──")]
+    if isinstance(rewards, dict) and set(rewards) - {"reward"} and len(rewards) > 1:
+        lines.append(printable(f"rewards   {_rewards(rewards)}"))
+    return lines
 
 
 def _others_lines(t: dict[str, Any]) -> list[str]:

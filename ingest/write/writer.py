@@ -30,6 +30,7 @@ from ingest.write import bulk, removal, settle
 from ingest.write.conversations import Conversations
 from warehouse import summaries
 from warehouse.db import models
+from warehouse.db.schema import HEAD_REVISION
 from warehouse.db.session import write_transaction
 from warehouse.errors import interruption
 from warehouse.hub_columns import FIELD_COLUMNS
@@ -185,8 +186,9 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
                 n_trials=c.n_trials, n_episodes_new=c.n_episodes_new,
                 n_episodes_duplicate=c.n_episodes_duplicate, n_conflicts=c.n_conflict_rows,
                 n_rejected=c.n_rejected, n_turns=c.n_turns, n_bytes=c.n_bytes,
-                detail={**({"rejected": [f"{r.where}: {r.reason}" for r in c.rejected[:100]]} if c.rejected else {}),
-                        **({"removed_trials": c.removed} if c.removed else {})} or None,
+                detail={"schema_revision": HEAD_REVISION,
+                        **({"rejected": [f"{r.where}: {r.reason}" for r in c.rejected[:100]]} if c.rejected else {}),
+                        **({"removed_trials": c.removed} if c.removed else {})},
             ))
         except BaseException as exc:
             if interruption(exc) is not None:

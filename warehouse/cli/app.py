@@ -31,6 +31,8 @@ COMMANDS = {
     "db": ("warehouse.cli.db", "Create, upgrade and check the warehouse schema."),
     "query": ("warehouse.cli.query", "Canned cross-run queries: `warehouse query list` shows them."),
     "runs": ("warehouse.cli.runs", "The runs: key, name, labels, trials, pass rate, sources."),
+    "sources": ("warehouse.cli.ledger", "The ledger by source: units loaded, rows, episodes new and duplicate, trials, runs, first and last load, rows rejected, conflicts."),
+    "loads": ("warehouse.cli.ledger", "The ledger by unit: each load (a shard, a trial folder) with its content hash, rows, trials, episodes, turns, bytes, rejections, conflicts, start, duration, and the code that loaded it."),
     "index": ("warehouse.cli.search", "The optional trigram index that speeds up `warehouse search`."),
     "export": ("warehouse.cli.export", "Write warehouse contents out as Parquet."),
     "serve": ("warehouse.cli.serve", "Browse the warehouse in a web browser: runs, trials, trajectories, diffs, queries, search."),

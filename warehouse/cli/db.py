@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
@@ -100,17 +101,25 @@ def current(ctx: typer.Context) -> None:
 
 
 @app.command()
-def check(ctx: typer.Context) -> None:
+def check(
+    ctx: typer.Context,
+    against: Annotated[Optional[str], typer.Option(
+        "--against", metavar="OTHER",
+        help="Also compare every table with the warehouse OTHER (a URL or a SQLite file): row counts and checksums.")
+    ] = None,
+) -> None:
     """Exit 0 if the database is at the revision this tool needs and its stored conversations
     hold together (every episode reads back its turns); 1 with what is wrong if not.
 
-    Reads only: a few aggregate queries over the conversations, linear in the rows.
+    Reads only: a few aggregate queries over the conversations, linear in the rows. With
+    --against, every table of both is read once more, to compare them.
 
     Examples:
 
     \b
       warehouse db check
       warehouse db check || warehouse db upgrade
+      warehouse db check --against team.db
     """
     st = state(ctx)
     engine = st.read_engine()  # checks the schema
@@ -121,3 +130,83 @@ def check(ctx: typer.Context) -> None:
             typer.echo(f"Error: {redact(st.url)}: {line}", err=True)
         raise typer.Exit(1)
     typer.echo(f"{redact(st.url)}: at {schema.head_revision()} (current); conversations consistent", err=True)
+    if against is not None:
+        from warehouse.api import Warehouse
+        from warehouse.db.copy import compare, snapshot, table_digests
+
+        other = Warehouse(against)
+        with snapshot(engine) as conn:
+            ours = table_digests(conn)
+        with snapshot(other.read_engine()) as conn:
+            theirs = table_digests(conn)
+        differ = compare(ours, theirs)
+        for line in differ:
+            typer.echo(f"Error: {redact(st.url)} and {other.name} differ: {line}", err=True)
+        if differ:
+            raise typer.Exit(1)
+        typer.echo(f"{redact(st.url)} and {other.name}: every table the same "
+                   f"({sum(d.rows for d in ours.values()):,} rows in {len(ours)} tables)", err=True)
+
+
+@app.command("copy")
+def copy_command(
+    source: Annotated[str, typer.Argument(metavar="FROM", help="The warehouse to copy: a URL or a SQLite file.")],
+    target: Annotated[str, typer.Argument(
+        metavar="TO", help="An empty database (a URL), or a SQLite file, created if missing.")],
+) -> None:
+    """Copy a warehouse to another database, SQLite or PostgreSQL, every table exactly.
+
+    TO must be empty (or an empty warehouse at FROM's revision). FROM is read in one snapshot
+    and never written; TO is written in one transaction, checked table by table (rows and
+    checksums) before it commits: a copy that fails leaves TO empty. Ids, provenance,
+    conflicts, labels and summaries come across as they are. The search index is not copied:
+    `warehouse index build` on TO.
+
+    Examples:
+
+    \b
+      warehouse db copy warehouse.db copy.db
+      warehouse db copy warehouse.db copy.db && warehouse db check --db copy.db --against warehouse.db
+    """
+    from warehouse.api import Warehouse
+    from warehouse.db.copy import copy
+
+    source_wh, target_wh = Warehouse(source), Warehouse(target)
+    source_wh.read_engine()  # a missing FROM, or one at another revision: one line, before TO is touched
+    shown = sys.stderr.isatty()
+
+    def progress(table: str, done: int, total: int) -> None:
+        if shown:
+            print(f"\rcopying {table}: {done:,} of {total:,} rows\033[K", end="", file=sys.stderr, flush=True)
+
+    digests = copy(source_wh.url, target_wh.url, progress=progress)
+    if shown:
+        print("\r\033[K", end="", file=sys.stderr)
+    typer.echo(f"copied {source_wh.name} to {target_wh.name}: {sum(d.rows for d in digests.values()):,} rows "
+               f"in {len(digests)} tables, each the same on both (rows and checksums)", err=True)
+
+
+@app.command("archive")
+def archive_command(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Argument(help="The SQLite file to write; refused if it exists, unless --force.")],
+    force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
+) -> None:
+    """Freeze the warehouse for the archive: one compact SQLite file, its checksum beside it.
+
+    OUT is in rollback-journal mode, so every read command answers from it on a read-only
+    mount or under another account with nothing written; OUT.sha256 holds its SHA-256
+    (`sha256sum -c OUT.sha256` checks it). From PostgreSQL the warehouse is copied as `db copy`
+    copies it. Nothing is written to the warehouse itself.
+
+    Examples:
+
+    \b
+      warehouse db archive sweep-2026-12.db
+      warehouse db archive sweep.db --force && sha256sum -c sweep.db.sha256
+    """
+    from warehouse.db.archive import archive
+
+    st = state(ctx)
+    digest = archive(st.url, out, force=force)
+    typer.echo(f"archived {redact(st.url)} to {out} (sha256 {digest[:16]}…, in {out}.sha256)", err=True)

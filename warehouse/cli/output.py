@@ -18,7 +18,8 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterable, Sequence
+import textwrap
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from enum import Enum
@@ -50,14 +51,31 @@ NULL = "∅"  # a NULL in a table (an empty string stays empty)
 # The narrowest a shortened text gets: an 8-character prefix (enough to name a run), "…", the
 # last 4 characters.
 _MIN_TEXT = 13
+# The narrowest a column the command exists for gets (write_rows' keep) before others are left out.
+_MIN_KEPT = 30
 _TAIL = 4
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}(:?\d{2})?)?")
 
 
 def echo_err(message: str) -> None:
     """A line for the terminal on stderr (errors, notes), its control characters made visible:
-    a file name or a database's message may hold escape sequences."""
-    typer.echo(printable(message), err=True)
+    a file name or a database's message may hold escape sequences. On a terminal (or with
+    COLUMNS set) a long line is wrapped at its width between words, its later lines indented,
+    rather than cut or broken mid-word by the terminal; to a pipe or a file it stays one line."""
+    message = printable(message)
+    width = _note_width()
+    if width and len(message) > width:
+        message = "\n".join(textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False,
+                                           break_on_hyphens=False) for line in message.split("\n"))
+    typer.echo(message, err=True)
+
+
+def _note_width() -> int | None:
+    """The width stderr's notes wrap at: COLUMNS when set, else the terminal's, else none."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return shutil.get_terminal_size().columns if sys.stderr.isatty() else None
 
 
 def _jsonable(value: Any) -> Any:
@@ -87,10 +105,14 @@ def write_rows(
     *,
     max_cell_bytes: int | None = None,
     wide: bool = False,
+    keep: Sequence[str] = (),
+    shorten: Mapping[str, Callable[[str, int], str]] | None = None,
 ) -> None:
     """Write rows as they come. A value over `max_cell_bytes` is cut, with a note, in a table;
     in CSV and JSON, which must be exact, it is refused (WarehouseError naming its row and column).
-    `wide`: a table shows every value in full (CSV and JSON always do)."""
+    `wide`: a table shows every value in full (CSV and JSON always do). `keep`: the columns a
+    table fitting the terminal never leaves out (what the command exists for: a verdict, a
+    snippet). `shorten`: how a table cuts a column's texts to a width (a snippet around its hit)."""
     out = out or sys.stdout
     if max_cell_bytes and fmt is not Format.table:
         # The first row is read before anything is written: a refusal there leaves no output.
@@ -99,7 +121,7 @@ def write_rows(
         rows = chain([first], rows) if first is not None else iter(())
     terminal = out.isatty()
     if fmt is Format.table:
-        _write_table(columns, rows, out, None if wide else _table_width(out), max_cell_bytes)
+        _write_table(columns, rows, out, None if wide else _table_width(out), max_cell_bytes, keep, shorten or {})
         return
     show = _visible if terminal else _jsonable
     if fmt is Format.json:
@@ -148,7 +170,8 @@ def _table_width(out: IO[str]) -> int | None:
 
 
 def _write_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], out: IO[str], width: int | None,
-                 max_cell_bytes: int | None) -> None:
+                 max_cell_bytes: int | None, keep: Sequence[str] = (),
+                 shorten: Mapping[str, Callable[[str, int], str]] | None = None) -> None:
     """A plain table, streamed: widths from the first rows, later rows cut to the same widths, so
     printing costs time in proportion to what is printed.
 
@@ -156,8 +179,9 @@ def _write_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], out: IO[
     long for their column are shortened in the middle (`9f8c2915…1cb2`: the prefix stays
     copyable), and a number or timestamp is never cut: its column is as wide as the widest
     one sampled (a wider one later pushes its row out), and columns that do not fit at all are
-    left out, named in a note on stderr. With no width (--wide, or not a terminal), every value
-    in full, a text's lines on lines of their own."""
+    left out, the rightmost first but never one of `keep`, named in a note on stderr; a column
+    of `shorten` is cut its own way. With no width (--wide, or not a terminal), every value in
+    full, a text's lines on lines of their own."""
     fit = width is not None
     rows = iter(rows)
 
@@ -174,49 +198,59 @@ def _write_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], out: IO[
     header = [printable(c).replace("\n", " ") for c in columns]
     sampled = [cells(r) for r in islice(rows, _SAMPLE_ROWS)]
     if fit:
-        widths = _fit(header, sampled, width)
+        shown, widths = _fit(header, sampled, width, {i for i, c in enumerate(columns) if c in keep})
     else:
+        shown = list(range(len(header)))
         widths = [max([len(h)] + [len(line) for r in sampled for line in r[i][0].split("\n")])
                   for i, h in enumerate(header)]
-    shown = len(widths)
-    _write_line(out, [_shorten(h, w) for h, w in zip(header, widths)], widths)
+    cutters = [(shorten or {}).get(columns[i], _shorten) for i in shown]
+    _write_line(out, [_shorten(header[i], w) for i, w in zip(shown, widths)], widths)
     out.write(_GAP.join("─" * w for w in widths) + "\n")
     for row in chain(sampled, map(cells, rows)):
-        texts = [text if atomic or not fit else _shorten(text, w)
-                 for (text, atomic), w in zip(row[:shown], widths)]
+        texts = [row[i][0] if row[i][1] or not fit else cut(row[i][0], w)
+                 for i, w, cut in zip(shown, widths, cutters)]
         _write_line(out, texts, widths)
-    if shown < len(header):
-        left_out = header[shown:]
+    if len(shown) < len(header):
+        left_out = [h for i, h in enumerate(header) if i not in set(shown)]
         out.flush()  # the table first, where stdout and stderr meet (a terminal, 2>&1)
         echo_err(f"({len(left_out)} more column{'s' * (len(left_out) > 1)} not shown at this width: "
                  f"{', '.join(left_out)}; --wide shows them, as do --format csv and json)")
 
 
-def _fit(header: list[str], rows: list[list[tuple[str, bool]]], width: int) -> list[int]:
-    """Column widths within `width`, for as many columns from the left as fit: each as wide as
-    its header and its widest sampled value; a text column narrowed (to _MIN_TEXT at least)
-    when they do not all fit, a number or timestamp column never."""
+def _fit(header: list[str], rows: list[list[tuple[str, bool]]], width: int, keep: set[int] = frozenset()
+         ) -> tuple[list[int], list[int]]:
+    """The columns shown and their widths within `width`: every column when they fit, each as
+    wide as its header and its widest sampled value; a text column narrowed (to _MIN_TEXT at
+    least, a kept one to _MIN_KEPT) when they do not all fit, a number or timestamp column
+    never; and when even that is too wide, columns left out from the right, skipping the kept
+    ones (`keep`: their indexes)."""
     natural, least = [], []
     for i, name in enumerate(header):
         values = [r[i] for r in rows if r[i][0] != NULL]
         wide = max([len(name)] + [len(text) for text, _ in values])
         atomic = bool(values) and all(is_atomic for _, is_atomic in values)
         natural.append(wide)
-        least.append(wide if atomic else min(wide, _MIN_TEXT))
-    used, shown = 0, 0
-    for w in least:
-        if used + w + len(_GAP) * shown > width:
+        least.append(wide if atomic else min(wide, _MIN_KEPT if i in keep else _MIN_TEXT))
+    shown = list(range(len(header)))
+
+    def needed(columns: list[int]) -> int:
+        return sum(least[i] for i in columns) + len(_GAP) * (len(columns) - 1)
+
+    for i in reversed(range(len(header))):
+        if needed(shown) <= width:
             break
-        used += w
-        shown += 1
-    if shown == 0:  # not even the first column fits: it gets what there is
-        return [max(1, min(least[0], width))]
-    room = width - len(_GAP) * (shown - 1)
+        if i not in keep:
+            shown.remove(i)
+    if not shown or needed(shown) > width and len(shown) == 1:
+        # Not even one column fits (or only a kept one is left): it gets what there is.
+        first = shown[0] if shown else 0
+        return [first], [max(1, min(least[first], width))]
+    room = width - len(_GAP) * (len(shown) - 1)
     # The widest columns come down to one common cap, no lower than each one's least width.
-    cap = max(natural[:shown])
-    while cap > 1 and sum(max(lo, min(n, cap)) for lo, n in zip(least, natural[:shown])) > room:
+    cap = max(natural[i] for i in shown)
+    while cap > 1 and sum(max(least[i], min(natural[i], cap)) for i in shown) > room:
         cap -= 1
-    return [max(lo, min(n, cap)) for lo, n in zip(least, natural[:shown])]
+    return shown, [max(least[i], min(natural[i], cap)) for i in shown]
 
 
 def _shorten(text: str, width: int) -> str:

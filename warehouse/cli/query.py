@@ -16,6 +16,7 @@ from warehouse.errors import ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param
 from warehouse.readonly import DEFAULT_TIMEOUT
+from warehouse.runs import RUN_NAME_COLUMNS, run_names, with_run_names
 
 query_app = typer.Typer(no_args_is_help=True, help="""Canned cross-run queries: `warehouse query list` shows them.
 
@@ -52,6 +53,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                      "warehouse query compare-test 9f8c2915 b421acf4 --errors exclude"),
     "failures": ("warehouse query failures", "warehouse query failures --format csv"),
     "lengths": ("warehouse query lengths", "warehouse query lengths --format json"),
+    "sources": ("warehouse query sources", "warehouse query sources --run 9f8c2915 --format json"),
+    "loads": ("warehouse query loads", "warehouse query loads sample --format csv"),
     "power": ("warehouse query power --delta 0.05", "warehouse query power --delta 0.1 --attempts 5 --tasks 89",
               "warehouse query power --by model --power 0.9 --format json"),
 }
@@ -126,7 +129,14 @@ def _filter_option(keyword: str, option: str, help: str) -> inspect.Parameter:
                              annotation=Annotated[Optional[list[str]], typer.Option(option, help=help)])
 
 
-def _register(query: CannedQuery) -> None:
+# The columns a query exists for, which a table fitting the terminal leaves out last (never).
+_KEEP = {"compare-test": ("verdict", "kind"), "compare": ("flip",), "leaderboard": ("pass_rate", "tied_with_best", "verdict")}
+# Columns other than run_key that hold run keys, and where a table names those runs.
+_RUNS_IN = {"compare-test": {"a": "a_name", "b": "b_name"}}
+
+
+def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple[str, ...] | None = None) -> None:
+    """`query`'s command on `group` (`warehouse query NAME`, or a top-level command)."""
     positional = [p for p in query.params if p.positional]
 
     def command(ctx: typer.Context, format: Format, wide: bool, timeout: float, **values: Any) -> None:
@@ -136,7 +146,7 @@ def _register(query: CannedQuery) -> None:
             if given is not None and option is not None and given != option:
                 raise typer.BadParameter(f"{param.name.upper()} given twice ({given!r}, {param.option} {option!r})")
             values[param.name] = given if given is not None else option
-            if values[param.name] is None:
+            if values[param.name] is None and param.required:
                 raise typer.BadParameter(f"missing {param.name.upper()} (or {param.option})")
         try:
             query.values(values)  # a value the option's type lets through but the query refuses
@@ -147,7 +157,11 @@ def _register(query: CannedQuery) -> None:
             raise typer.BadParameter(str(exc)) from None
         wh = state(ctx).warehouse
         result = wh.query(query.name, timeout=timeout, **narrowed, **values)
-        write_rows(result.columns, result.rows, format, wide=wide)
+        columns, rows = result.columns, result.rows
+        if format is Format.table:  # runs by name as well as key, for people (CSV and JSON stay as they are)
+            columns, rows = with_run_names(columns, rows, lambda: run_names(wh.url, timeout),
+                                           {**RUN_NAME_COLUMNS, **_RUNS_IN.get(query.name, {})})
+        write_rows(columns, rows, format, wide=wide, keep=_KEEP.get(query.name, ()))
         for line in (result.note or "").splitlines():
             echo_err(f"note: {line}")
         if query.footnote is not None and format is Format.table:
@@ -164,9 +178,10 @@ def _register(query: CannedQuery) -> None:
         inspect.Parameter("timeout", inspect.Parameter.KEYWORD_ONLY, annotation=TimeoutOption,
                           default=DEFAULT_TIMEOUT),
     ])
-    help_text = inspect.cleandoc(query.description) + "\n\n" + examples_help(EXAMPLES.get(query.name, ()))
-    query_app.command(query.name, help=help_text, short_help=query.summary)(command)
+    shown = EXAMPLES.get(query.name, ()) if examples is None else examples
+    help_text = inspect.cleandoc(query.description) + "\n\n" + examples_help(shown)
+    group.command(query.name, help=help_text, short_help=query.summary)(command)
 
 
 for _query in QUERIES.values():
-    _register(_query)
+    register(_query)

@@ -9,9 +9,10 @@ import typer
 from warehouse import search as search_lib
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import Format, FormatOption, WideOption, write_rows
+from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
 from warehouse.db.engine import redact
 from warehouse.readonly import DEFAULT_TIMEOUT
+from warehouse.runs import run_names, with_run_names
 
 
 @app.command("search")
@@ -42,12 +43,18 @@ def search(
     """
     if not text:
         raise typer.BadParameter("must not be empty", param_hint="TEXT")
-    result = state(ctx).warehouse.search(text, run=run, task=task, role=role, limit=limit, timeout=timeout)
+    wh = state(ctx).warehouse
+    result = wh.search(text, run=run, task=task, role=role, limit=limit, timeout=timeout)
     if result.note:
-        typer.echo(f"note: {result.note}", err=True)
-    write_rows(result.columns, result.rows, fmt, wide=wide)
+        echo_err(f"note: {result.note}")
+    columns, rows = result.columns, result.rows
+    if fmt is Format.table:  # runs by name as well as key, for people (CSV and JSON stay as they are)
+        columns, rows = with_run_names(columns, rows, lambda: run_names(wh.url, timeout))
+    # The snippet is what a search is for: a narrow table keeps it, cut around the hit.
+    write_rows(columns, rows, fmt, wide=wide, keep=("snippet",),
+               shorten={"snippet": lambda snippet, width: search_lib.snippet_within(snippet, width, text)})
     if result.truncated:
-        typer.echo(f"(stopped at {limit} hits: there are more; raise --limit or narrow the search)", err=True)
+        echo_err(f"(stopped at {limit} hits: there are more; raise --limit or narrow the search)")
 
 
 index_app = typer.Typer(no_args_is_help=True, help="""The optional trigram index that speeds up `warehouse search`.

@@ -8,8 +8,6 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
-from warehouse.cli.output import echo_err
-from warehouse.errors import interruption
 
 PAGE_TIMEOUT = 10.0  # seconds a page's reads may take: a viewer waits less than a script
 PAGE_ROWS = 10_000  # rows a canned query's page shows
@@ -40,7 +38,7 @@ def serve(
     \b
       warehouse serve --open
       warehouse serve --db team.db --port 9000
-      warehouse serve --host 0.0.0.0    # others on the network can read it
+      warehouse serve --host 0.0.0.0
     """
     from warehouse.readonly import check_timeout
     from warehouse.serve.pages import Viewer
@@ -50,10 +48,4 @@ def serve(
     warehouse = state(ctx).warehouse
     warehouse.read_engine()  # the schema checked (a missing warehouse said) before listening
     viewer = Viewer(warehouse.url, timeout=timeout, max_rows=max_rows)
-    try:
-        run_server(viewer, host=host, port=port, title=warehouse.name, open_browser=open_browser)
-    except BaseException as exc:  # Ctrl-C or SIGTERM: how a server ends, said in one line
-        stop = interruption(exc)
-        if stop is None:
-            raise
-        echo_err("Stopped.")
+    run_server(viewer, host=host, port=port, title=warehouse.name, open_browser=open_browser)

@@ -9,6 +9,7 @@ is unknown. Every query can be narrowed by --run, --task, --model, --agent and -
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections import Counter
@@ -20,7 +21,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from warehouse.errors import ArgumentValueError
+from warehouse.errors import ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import leaderboard, outcome
 from warehouse.queries.power import COLUMNS as POWER_COLUMNS, check_design, power_row
@@ -75,6 +76,39 @@ def _runs_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: 
                ) -> tuple[list[str], Rows]:
     dates = [columns.index("first_started"), columns.index("last_started")]
     return columns, [tuple(_as_utc(v) if i in dates else v for i, v in enumerate(row)) for row in rows]
+
+
+def _sources_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+                  ) -> tuple[list[str], Rows]:
+    dates = [columns.index("first_load"), columns.index("last_load")]
+    return columns, [tuple(_as_utc(v) if i in dates else v for i, v in enumerate(row)) for row in rows]
+
+
+LOADS_COLUMNS = ["load_id", "source", "unit", "content_hash", "status", "rows", "trials", "episodes_new",
+                 "episodes_duplicate", "turns", "bytes", "rows_rejected", "conflicts", "started_at", "seconds",
+                 "tool_version", "schema_revision"]
+
+
+@reads_more
+def _loads_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
+                ) -> tuple[list[str], Rows]:
+    """Each load's duration, and the schema revision its detail records (loads before 0016's
+    code recorded none); an unknown --source said as such rather than as an empty ledger."""
+    source = values.get("source")
+    if source is not None and not rows and not read(
+            "SELECT 1 FROM sources WHERE name = :s OR uri = :s", {"s": source}):
+        raise WarehouseError(f"no source {source!r} (`warehouse sources` lists them)")
+    out = []
+    for row in rows:
+        item = dict(zip(columns, row))
+        started, finished = _as_utc(item.pop("started_at")), _as_utc(item.pop("finished_at"))
+        detail = item.pop("detail")
+        detail = json.loads(detail) if isinstance(detail, str) else detail
+        item["started_at"] = started
+        item["seconds"] = round((finished - started).total_seconds(), 3) if started and finished else None
+        item["schema_revision"] = detail.get("schema_revision") if isinstance(detail, dict) else None
+        out.append(tuple(item[c] for c in LOADS_COLUMNS))
+    return list(LOADS_COLUMNS), out
 
 
 def _uncertainty(values: Mapping[str, Any]) -> tuple[float, int]:
@@ -647,5 +681,36 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         summary_sql=sql_file("power_summary"),
         filter_slots={"filters": _trial_columns("tr")},
         summary_filter_slots={"filters": _trial_columns("b")},
+    ),
+    CannedQuery(
+        name="sources",
+        description=(
+            "The ledger by source: units loaded, rows, episodes new and duplicate, trials, runs, "
+            "first and last load, rows rejected, conflicts.\n\n"
+            "A source is a Hub dataset, a Parquet file or folder, or a trace directory, as ingest was "
+            "given it. trials and runs count what its loads brought (a trial two sources share counts "
+            "in both); the filters keep the sources that brought a trial they keep, and a source that "
+            "brought no trial at all is always listed. `warehouse loads SOURCE` lists its units."
+        ),
+        params=(),
+        sql=sql_file("sources"),
+        post=_sources_post,
+        filter_slots={"filters": _trial_columns("t")},
+    ),
+    CannedQuery(
+        name="loads",
+        description=(
+            "The ledger by unit: each load (a shard, a trial folder) with its content hash, rows, "
+            "trials, episodes, turns, bytes, rejections, conflicts, start, duration, and the code "
+            "that loaded it.\n\n"
+            "SOURCE (a source's name or URI, as `warehouse sources` lists it) keeps that source's. "
+            "A unit is loaded once per content: a unit changed on disk loads again as a new row. "
+            "tool_version is the warehouse's version and schema_revision the schema it wrote "
+            "(empty for loads by code before it recorded one)."
+        ),
+        params=(Param("source", str, None, "Only this source (its name or URI).", positional=True),),
+        sql=sql_file("loads"),
+        post=_loads_post,
+        filter_slots={"filters": _trial_columns("t")},
     ),
 )}

@@ -51,17 +51,20 @@ def serve(viewer: Viewer, *, host: str, port: int, title: str, open_browser: boo
     bound = server.socket.getsockname()[1]
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
     url = f"http://{shown}:{bound}/"
-    if not is_loopback(host):
-        say(f"warning: serving on {host}: {reach(host)} can read this warehouse (no login)")
-    say(f"Serving {title} at {url} (read-only; Ctrl-C to stop)")
-    if ready:
-        ready(url)
-    if open_browser:
-        threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
     try:
-        # socketserver's loop, not Werkzeug's override of it, which swallows Ctrl-C (and so the
-        # SIGTERM the CLI raises as one): the command says the stop in its own line.
+        if not is_loopback(host):
+            say(f"warning: serving on {host}: {reach(host)} can read this warehouse (no login)")
+        say(f"Serving {title} at {url} (read-only; Ctrl-C to stop)")
+        if ready:
+            ready(url)
+        if open_browser:
+            threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+        # socketserver's loop, not Werkzeug's override of it, which swallows Ctrl-C whole.
         super(BaseWSGIServer, server).serve_forever()
+    except KeyboardInterrupt:
+        # Ctrl-C, or SIGTERM (which warehouse.errors raises as one), from the moment the
+        # address is said: how a server ends, not an error (exit 0).
+        say("Stopped.")
     finally:
         server.server_close()
 
