@@ -1,0 +1,244 @@
+"""`warehouse serve` in a real browser (Debian's Chromium driven by playwright), on SQLite and
+PostgreSQL: the CLI started as a user starts it, every page opened in a tab whose requests to
+any other origin are aborted and recorded.
+
+- every page renders with no console error, no CSP violation, no request leaving the origin,
+  and fits a 1,280-pixel window and a phone's (wide tables scroll inside their .scroll box);
+- a deep link #turn-42 opens at turn 42, and j/k move between turns;
+- the diff marks the first difference of two trials that part at a known turn;
+- a corpus of hostile texts (in task, trial and run names, labels, messages, tool calls,
+  exceptions, verifier output) runs nothing and is shown as the text it is.
+
+One server per backend for the module: the warehouse is examples/sample and a Harbor job with
+tool calls and a multi-step trial (ingested by the CLI), and the fixture trials below.
+Chromium missing: skipped locally, a failure under CI (conftest's `browser`)."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from sqlalchemy import text
+
+from browser import Server, Tab
+from conftest import BACKENDS, _fresh_pg
+from ingest.shape.records import Episode, Trial, Turn
+from ingest.write import writer
+from procs import run_cli
+from warehouse.db import schema
+from warehouse.db.engine import make_engine, resolve_url
+from warehouse.queries import QUERIES
+from warehouse.runs import set_labels
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "examples" / "sample"
+JOB = ROOT / "tests" / "fixtures" / "harbor" / "jobs" / "pinchbench-147-kimi2.6"
+JOB_RUN = "6a29732a-c34a-4f7e-85bd-ee65fb2d2604"  # the job's run key (its job_id)
+MULTI_STEP = "task-session-chain-analysis__UGpJKzs"  # two steps, each with its reward
+TOOL_CALLS = "task-calendar__8A83BnJ"
+
+DESKTOP, PHONE = (1280, 900), (390, 844)
+
+# --- the fixture trials ------------------------------------------------------------------------
+
+RUN = "browser-a"
+LONG = "long__0"  # 60 turns: #turn-42 is far down the page
+LONG_TURNS = 60
+PART_A, PART_B = "part__a", "part__b"  # one task, equal up to turn PART_AT, different from there
+PART_AT = 7
+PART_TURNS = 12
+FILLER = 11  # more trials of RUN, so its trials come in pages of 5
+
+
+def _turn(i: int, text: str) -> Turn:
+    return Turn("user" if i % 2 == 0 else "assistant", text)
+
+
+def plain_trials() -> list[Trial]:
+    trials = [Trial(run_key=RUN, trial_name=LONG, task_name="long-task", reward=1.0, agent="terminus-2",
+                    model="openai/gpt-4o", result="1.0",
+                    episodes=[Episode(0, [_turn(i, f"long turn {i}\nline two of turn {i}")
+                                          for i in range(LONG_TURNS)])])]
+    for name, side in ((PART_A, "a"), (PART_B, "b")):
+        turns = [_turn(i, f"shared turn {i}" if i < PART_AT else f"only {side} says {i}") for i in range(PART_TURNS)]
+        trials.append(Trial(run_key=RUN, trial_name=name, task_name="part", reward=1.0 if side == "a" else 0.0,
+                            agent="terminus-2", model="openai/gpt-4o", result="1.0" if side == "a" else "0.0",
+                            episodes=[Episode(0, turns)]))
+    for i in range(FILLER):
+        reward = (i % 4) / 4
+        trials.append(Trial(run_key=RUN, trial_name=f"fill-{i:02d}__x", task_name=f"fill-{i % 3}", reward=reward,
+                            agent="terminus-2", model="openai/gpt-4o", result=str(reward),
+                            n_input_tokens=1000 * i, n_output_tokens=100 * i, cost_usd=0.01 * i,
+                            episodes=[Episode(0, [_turn(j, f"fill {i} turn {j}") for j in range(4)])]))
+    return trials
+
+
+# --- the hostile corpus --------------------------------------------------------------------------
+#
+# Each payload, if a page ran it or turned it into markup, would set window.__pwned or open a
+# dialog; the page must show it as text instead.
+
+SCRIPT = "<script>window.__pwned=1;alert(1)</script>"
+IMG = '"><img src=x onerror="window.__pwned=2;alert(2)">'
+JS_LINK = "javascript:window.__pwned=3;alert(3)"
+TEXTAREA = "</textarea><script>window.__pwned=4</script>"
+ESCAPES = "\x1b[31mred\x1b[0m"
+RTL = "\u202eevil\u202c"
+NUL = "nul\x00byte"
+HUGE = "y" * 200_000  # one 200 KB line
+SHORT_PAYLOADS = (SCRIPT, IMG, JS_LINK, TEXTAREA)
+HOSTILE = " ".join((SCRIPT, IMG, JS_LINK, TEXTAREA, ESCAPES, RTL))
+
+EVIL_RUN = "javascript:window.__pwned=5;alert(5)<b>"  # the run's key: every link to the run
+EVIL_TRIAL = f"{IMG}__1"
+EVIL_CALL = json.dumps({"name": SCRIPT, "arguments": {"cmd": HOSTILE, IMG: JS_LINK, "long": HUGE}})
+
+
+def hostile_trials() -> list[Trial]:
+    turns = [
+        Turn("system", f"{HOSTILE}\n```html\n{SCRIPT}{TEXTAREA}\n```\n{NUL}"),
+        Turn("user", f"{HOSTILE}\n{HUGE}"),
+        Turn("assistant", f"<think>{HOSTILE}</think>\n{HOSTILE}\n<tool_call>\n{EVIL_CALL}\n</tool_call>"),
+        Turn("assistant", HOSTILE, extra={
+            "tool_calls": [{"tool_call_id": "c1", "function_name": IMG, "arguments": {SCRIPT: HOSTILE}}],
+            "observation": {"results": [{"source_call_id": "c1", "content": f"{HOSTILE}\n{HUGE}"}]},
+            "timestamp": SCRIPT}),
+        Turn("user", f"<tool_call>{TEXTAREA}{IMG}</tool_call>"),  # a call whose JSON does not parse
+    ]
+    trials = []
+    for i, (task, name) in enumerate([(SCRIPT, EVIL_TRIAL), (IMG, f"{SCRIPT}__2"), (JS_LINK, JS_LINK + "__3"),
+                                      (TEXTAREA + ESCAPES + RTL, f"{TEXTAREA}{ESCAPES}{RTL}__4")]):
+        trials.append(Trial(
+            run_key=EVIL_RUN, trial_name=name, task_name=task, reward=float(i % 2), rewards={"reward": float(i % 2), SCRIPT: 0.5},
+            agent=IMG, model=JS_LINK, result=SCRIPT, exception_type=SCRIPT, exception_message=f"{HOSTILE}\n{HUGE}",
+            verifier_output=f"{HOSTILE}\n{HUGE}", instruction=HOSTILE,
+            episodes=[Episode(0, turns)]))
+    return trials
+
+
+def build(engine) -> None:
+    source = writer.ensure_source(engine, "parquet", "/fixture/browser", "browser")
+    with writer.unit(engine, source, "plain", "hash-plain") as unit:
+        unit.add_trials(plain_trials(), run_names={RUN: "browser A"})
+    with writer.unit(engine, source, "hostile", "hash-hostile") as unit:
+        unit.add_trials(hostile_trials(), run_names={EVIL_RUN: f"{IMG}{SCRIPT}"})
+    with engine.begin() as conn:
+        run_id = conn.execute(text("SELECT id FROM runs WHERE run_key = :k"), {"k": EVIL_RUN}).scalar_one()
+        set_labels(conn, run_id, {SCRIPT: IMG, "step": JS_LINK})
+
+
+@contextmanager
+def _warehouse(backend: str, request, folder: Path):
+    if backend == "sqlite":
+        url = f"sqlite:///{folder / 'warehouse.db'}"
+        engine = make_engine(resolve_url(url))
+        schema.upgrade(engine)
+        engine.dispose()
+        yield url
+    else:
+        with contextmanager(_fresh_pg)(request.getfixturevalue("pg_template")) as url:
+            yield url
+
+
+class Served:
+    def __init__(self, backend: str, db_url: str, server: Server):
+        self.backend, self.db_url, self.server, self.origin = backend, db_url, server, server.url.rstrip("/")
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def served(request, tmp_path_factory):
+    """The warehouse on this backend, and `warehouse serve` on it, for the whole module."""
+    with _warehouse(request.param, request, tmp_path_factory.mktemp("serve")) as url:
+        done = run_cli(url, "ingest", str(SAMPLE), str(JOB))
+        assert done.returncode == 0, done.stderr
+        engine = make_engine(resolve_url(url))
+        build(engine)
+        engine.dispose()
+        server = Server(url)
+        try:
+            yield Served(request.param, url, server)
+        finally:
+            server.stop()
+        assert not server.tracebacks(), "".join(server.log)
+
+
+@pytest.fixture
+def tab(browser, served):
+    tabs = []
+
+    def open_(width: int = DESKTOP[0], height: int = DESKTOP[1]) -> Tab:
+        tabs.append(Tab(browser, served.origin, width=width, height=height))
+        return tabs[-1]
+
+    yield open_
+    for t in tabs:
+        t.close()
+
+
+# --- the URLs ----------------------------------------------------------------------------------
+
+def run_path(key: str, query: str = "") -> str:
+    return "/run/" + quote(key, safe="/") + (f"?{query}" if query else "")
+
+
+def trial_path(key: str, name: str, query: str = "") -> str:
+    return run_path(key) + "/trial/" + quote(name, safe="") + (f"?{query}" if query else "")
+
+
+def diff_path(a: tuple[str, str], b: tuple[str, str]) -> str:
+    return f"/diff?a={quote(a[0] + '/' + a[1], safe='')}&b={quote(b[0] + '/' + b[1], safe='')}"
+
+
+SAMPLE_A = "9f8c2915-4688-461a-8cba-3901225a1cb2"  # examples/sample's two runs
+SAMPLE_B = "b421acf4-22ff-44ae-abea-d6ef824bc737"
+SAMPLE_TRIAL = "install-regex__LrFeFr9"  # in SAMPLE_A; install-regex__ZLah9XB is its task in SAMPLE_B
+
+
+def _pages() -> dict[str, tuple[str, int]]:
+    a, b, job = SAMPLE_A, SAMPLE_B, JOB_RUN
+    out = {
+        "runs": ("/", 200),
+        "runs-sorted": ("/?sort=pass_rate&desc=1", 200),
+        "runs-filtered": ("/?task=install-*&label=step%3D1", 200),
+        "trials": (run_path(a), 200),
+        "trials-sorted-filtered": (run_path(a, "sort=reward&desc=1&outcome=unsolved&task=*regex*"), 200),
+        "trials-paged": (run_path(RUN, "size=5&page=2&sort=cost&desc=1"), 200),
+        "trials-hostile": (run_path(EVIL_RUN), 200),
+        "trial": (trial_path(a, SAMPLE_TRIAL), 200),
+        "trial-tool-calls": (trial_path(job, TOOL_CALLS), 200),
+        "trial-multi-step": (trial_path(job, MULTI_STEP), 200),
+        "trial-long": (trial_path(RUN, LONG), 200),
+        "trial-hostile": (trial_path(EVIL_RUN, EVIL_TRIAL), 200),
+        "diff-form": ("/diff", 200),
+        "diff": (diff_path((RUN, PART_A), (RUN, PART_B)), 200),
+        "diff-two-runs": (diff_path((a, SAMPLE_TRIAL), (b, "install-regex__ZLah9XB")), 200),
+        "diff-hostile": (diff_path((EVIL_RUN, EVIL_TRIAL), (EVIL_RUN, f"{SCRIPT}__2")), 200),
+        "matrix": ("/matrix", 200),
+        "queries": ("/queries", 200),
+        "search": ("/search?q=regex", 200),
+        "search-hostile": ("/search?q=" + quote("<script>"), 200),
+        "error-404": (run_path("no-such-run"), 404),
+        "error-400": ("/?sort=" + quote(SCRIPT), 400),
+    }
+    for name, query in QUERIES.items():
+        two_runs = any(p.name == "a" for p in query.params)
+        out[f"query-{name}"] = (f"/query/{name}" + (f"?a={quote(a)}&b={quote(b)}" if two_runs else ""), 200)
+    return out
+
+
+PAGES = _pages()  # every page, by name: (path, the status it answers)
+
+
+# --- every page ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=["1280x900", "390x844"])
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_renders_clean_and_fits(served, tab, page, size):
+    path, status = PAGES[page]
+    t = tab(*size)
+    t.open(path, status=status)
+    problems = t.problems()
+    assert {k: v for k, v in problems.items() if v} == {}, path
