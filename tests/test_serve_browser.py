@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 from sqlalchemy import text
@@ -240,5 +240,178 @@ def test_every_page_renders_clean_and_fits(served, tab, page, size):
     path, status = PAGES[page]
     t = tab(*size)
     t.open(path, status=status)
-    problems = t.problems()
-    assert {k: v for k, v in problems.items() if v} == {}, path
+    bad = {kind: found for kind, found in t.problems().items() if found}
+    assert not bad, f"{path}: {bad}"
+
+
+# --- a trial: deep links and the keyboard ------------------------------------------------------
+
+def in_view(t: Tab, element_id: str) -> bool:
+    """Whether the element's top is within the window (what scrolling to it means)."""
+    return t.page.evaluate("""id => { const e = document.getElementById(id); if (!e) return false;
+                                       const top = e.getBoundingClientRect().top;
+                                       return top >= 0 && top < window.innerHeight; }""", element_id)
+
+
+@pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=["1280x900", "390x844"])
+def test_a_deep_link_opens_at_its_turn_and_j_k_move_between_turns(served, tab, size):
+    t = tab(*size)
+    t.open(trial_path(RUN, LONG) + "#turn-42")
+    assert t.page.evaluate("document.querySelectorAll('[data-turn]').length") == LONG_TURNS
+    assert t.page.text_content("#turn-42 .body").strip() == "long turn 42\nline two of turn 42"
+    assert in_view(t, "turn-42") and not in_view(t, "turn-0")
+    t.page.keyboard.press("j")
+    assert t.page.evaluate("location.hash") == "#turn-43" and in_view(t, "turn-43")
+    t.page.keyboard.press("k")
+    t.page.keyboard.press("k")
+    assert t.page.evaluate("location.hash") == "#turn-41" and in_view(t, "turn-41")
+    # In the search box, j is a letter typed, not a move.
+    t.page.keyboard.press("/")
+    t.page.keyboard.press("j")
+    assert t.page.evaluate("location.hash") == "#turn-41"
+    assert t.page.input_value("form.search input") == "j"
+    assert not {kind: found for kind, found in t.problems().items() if found}
+
+
+def test_a_multi_step_trial_shows_every_step_with_its_reward(served, tab):
+    t = tab()
+    t.open(trial_path(JOB_RUN, MULTI_STEP))
+    steps = t.page.eval_on_selector_all("section.step > h2", "hs => hs.map(h => h.textContent)")
+    assert len(steps) == 2 and all("reward" in s for s in steps), steps
+    # Every turn of every step is an anchor, numbered down the page.
+    ids = t.page.eval_on_selector_all("[data-turn]", "ts => ts.map(t => t.id)")
+    assert ids == [f"turn-{i}" for i in range(len(ids))] and len(ids) > 10
+    assert not {kind: found for kind, found in t.problems().items() if found}
+
+
+def test_tool_calls_show_as_calls_with_their_arguments(served, tab):
+    t = tab()
+    t.open(trial_path(JOB_RUN, TOOL_CALLS))
+    calls = t.page.eval_on_selector_all(".call .fn", "fs => fs.map(f => f.textContent)")
+    assert calls and all(name and name != "?" for name in calls), calls
+    assert t.page.eval_on_selector_all(".call dl dt", "d => d.length") > 0
+
+
+def test_search_hits_link_to_their_turn(served, tab):
+    t = tab()
+    t.open("/search?q=" + quote(f"only b says {PART_TURNS - 1}"))
+    hits = t.page.eval_on_selector_all("ol.hits li > a", "as => as.map(a => a.getAttribute('href'))")
+    assert len(hits) == 1 and hits[0].endswith(f"#turn-{PART_TURNS - 1}"), hits
+    t.page.click("ol.hits li > a")
+    t.page.wait_for_load_state("load")
+    assert urlsplit(t.page.url).path == trial_path(RUN, PART_B)
+    assert in_view(t, f"turn-{PART_TURNS - 1}")
+
+
+# --- the diff -------------------------------------------------------------------------------------
+
+def test_the_diff_marks_the_turn_where_two_trials_part(served, tab):
+    t = tab()
+    t.open(diff_path((RUN, PART_A), (RUN, PART_B)))
+    first = t.page.locator("#first-difference")
+    assert first.count() == 1 and "differs" in first.get_attribute("class")
+    assert first.locator(f"#a-turn-{PART_AT}").count() == 1 and first.locator(f"#b-turn-{PART_AT}").count() == 1
+    assert first.locator(f"#a-turn-{PART_AT} .body").text_content().strip() == f"only a says {PART_AT}"
+    # Every row above it is the same on both sides.
+    before = t.page.eval_on_selector_all(".pair[id^=row-]", "rs => rs.map(r => [r.id, r.className])")
+    same = [row for row in before if int(row[0].split("-")[1]) < PART_AT]
+    assert len(same) == PART_AT and all("same" in cls for _, cls in same), before
+    # The mark links to it, and n goes to it too.
+    t.page.click("a.first-mark")
+    assert t.page.evaluate("location.hash") == "#first-difference" and in_view(t, "first-difference")
+    t.page.evaluate("window.scrollTo(0, 0); history.replaceState(null, '', location.pathname + location.search)")
+    t.page.keyboard.press("n")
+    assert t.page.evaluate("location.hash") == "#first-difference" and in_view(t, "first-difference")
+
+
+# --- a run's trials: sort, filter, pages ------------------------------------------------------
+
+def rows(t: Tab, column: int) -> list[str]:
+    return t.page.eval_on_selector_all(f"table.list tbody tr td:nth-child({column})",
+                                       "cs => cs.map(c => c.textContent.trim())")
+
+
+def test_a_runs_trials_sort_filter_and_page(served, tab):
+    t = tab()
+    total = 3 + FILLER
+    t.open(run_path(RUN, "size=5"))
+    assert f"{total} trials, page 1 of 3" in t.page.text_content("main")
+    assert len(rows(t, 1)) == 5
+    t.page.click("a[rel=next]")
+    t.page.wait_for_load_state("load")
+    assert "page=2" in t.page.url and len(rows(t, 1)) == 5
+    t.page.click("text=last »")
+    t.page.wait_for_load_state("load")
+    assert len(rows(t, 1)) == total - 10
+    # Sorting by reward (its header), highest first on the second click.
+    t.open(run_path(RUN, "size=100"))
+    t.page.click("th >> text=reward")
+    t.page.wait_for_load_state("load")
+    rewards = [float(r) for r in rows(t, 3)]
+    assert rewards == sorted(rewards, reverse=True) and len(rewards) == total
+    t.page.click("th >> text=reward")
+    t.page.wait_for_load_state("load")
+    assert [float(r) for r in rows(t, 3)] == sorted(rewards)
+    # A task glob and an outcome, from the form.
+    t.page.fill("form.filters input[name=task]", "part")
+    t.page.select_option("form.filters select[name=outcome]", "solved")
+    t.page.click("form.filters button[type=submit]")
+    t.page.wait_for_load_state("load")
+    assert rows(t, 1) == [PART_A]
+
+
+def test_a_matrix_cell_leads_to_its_trials(served, tab):
+    t = tab()
+    t.open("/matrix?run=" + quote(RUN))
+    cell = t.page.locator("td.cell a").first
+    attempts = int(cell.text_content().split("/")[1])
+    cell.click()
+    t.page.wait_for_load_state("load")
+    assert urlsplit(t.page.url).path == run_path(RUN) and len(rows(t, 1)) == attempts
+
+
+# --- the hostile corpus ----------------------------------------------------------------------------
+
+def shown(value: str) -> str:
+    """A stored text as a page shows it: control characters and bidi overrides as visible marks."""
+    from warehouse.serve.app import _text
+
+    return _text(value)
+
+
+HOSTILE_PAGES = {
+    "runs": [IMG + SCRIPT, f"{SCRIPT}={IMG}", f"step={JS_LINK}", EVIL_RUN],
+    "trials-hostile": [EVIL_TRIAL, SCRIPT, IMG, JS_LINK, shown(TEXTAREA + ESCAPES + RTL)],
+    "matrix": [SCRIPT, IMG, JS_LINK, shown(TEXTAREA + ESCAPES + RTL)],
+    "trial-hostile": [EVIL_TRIAL, shown(HOSTILE), shown(NUL), f"{SCRIPT}", IMG, "cmd"],
+    "search-hostile": [EVIL_TRIAL, "<script>"],
+    "diff-hostile": [EVIL_TRIAL, shown(HOSTILE)],
+    "query-failures": [SCRIPT],
+}
+
+
+@pytest.mark.parametrize("page", HOSTILE_PAGES)
+def test_hostile_texts_are_shown_as_text(served, tab, page):
+    """Each payload is on the page as the characters it is (not run, not markup, not escaped
+    twice), with terminal escapes, NUL and bidi overrides shown as visible marks."""
+    path, status = PAGES[page]
+    t = tab()
+    t.open(path, status=status)
+    content = t.page.text_content("main")
+    missing = [value[:80] for value in HOSTILE_PAGES[page] if value not in content]
+    assert not missing, path
+    for raw in ("\x1b", "\x00", "\u202e", "&lt;script", "&quot;"):
+        assert raw not in content, (path, raw)
+    assert not {kind: found for kind, found in t.problems().items() if found}
+
+
+def test_a_turn_cut_on_the_page_links_to_its_whole_text_as_plain_text(served, tab):
+    t = tab()
+    t.open(trial_path(EVIL_RUN, EVIL_TRIAL))
+    link = t.page.locator("#turn-1 .cut a")
+    assert link.count() == 1
+    response = t.page.goto(served.origin + link.get_attribute("href"))
+    assert response.status == 200 and response.headers["content-type"].startswith("text/plain")
+    assert "sandbox" in response.headers["content-security-policy"]
+    assert t.page.evaluate("document.body.innerText") == f"{HOSTILE}\n{HUGE}"
+    assert not t.dialogs and t.page.evaluate("typeof window.__pwned") == "undefined"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from datetime import date, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -218,9 +219,17 @@ def _url_with(**changes: Any) -> str:
 
 # --- values as the pages show them ----------------------------------------------------------
 
+# Bidirectional embeddings, overrides and isolates: obeyed by a browser, they reorder the text
+# after them (a trial name that reads as another's, "Trojan source"); shown as their code instead.
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
 def _text(value: Any) -> str:
-    """Stored text for a page: control characters shown, not obeyed (escaping is Jinja's)."""
-    return "" if value is None else printable(str(value))
+    """Stored text for a page: control characters and bidi controls shown, not obeyed
+    (escaping is Jinja's)."""
+    if value is None:
+        return ""
+    return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", printable(str(value)))
 
 
 def _format_number(value: Any, digits: int = 3) -> str:
