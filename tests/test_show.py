@@ -78,10 +78,126 @@ def test_cli_table_and_json(url):
     obj = json.loads(as_json.stdout)
     assert isinstance(obj, dict)
     assert (obj["run_key"], obj["trial_name"], obj["task"], obj["n_input_tokens"]) == ("run-c", "c2", None, 300)
-    assert obj["episodes"][0]["turns"][0] == {"idx": 0, "role": "user", "content": NUL_TEXT, "extra": None}
+    assert obj["episodes"][0]["turns"][0] == {"idx": 0, "number": 0, "role": "user", "content": NUL_TEXT,
+                                              "extra": None}
     verifier = cli(url, "show", "task1__b0")
     assert "verifier output" in verifier.stdout and "AssertionError" in verifier.stdout
     ambiguous = cli(url, "show", "shared")
     assert ambiguous.returncode == 1 and ambiguous.stderr.startswith("Error: trial 'shared' is in 2 runs")
     assert cli(url, "show", "task2__b0", "--episode", "0", "--all").returncode == 2
     assert cli(url, "show", "task2__b0", "--format", "csv").returncode == 2
+
+
+# --- a multi-step trial, prefixes, turns (issue 28) -----------------------------------------------
+
+CALL = '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls -la"}}\n</tool_call>'
+SETUP_EP0 = [("user", "set up"), ("assistant", "<think>where am I</think>\nLooking.\n" + CALL)]
+SETUP_EP1 = SETUP_EP0 + [("user", "total 0"), ("assistant", "set up done")]
+BUILD = [("user", "build it"), ("assistant", "built"), ("user", "thanks")]
+SUMMARY = [("user", "summarize"), ("assistant", "summary")]
+
+
+def multi_step(engine):
+    """Trial ms__x1 of run-ms (named "ms-job"): steps "setup" then "build" (not in name order), the
+    setup step's conversation exported as 2 episodes, a subagent of the build step; and trials
+    whose names hold LIKE's wildcards."""
+    from sqlalchemy import text
+
+    steps = [{"name": "setup", "rewards": {"reward": 1.0}, "exception": None},
+             {"name": "build", "rewards": {"reward": 0.0, "speed": 0.5},
+              "exception": {"type": "BuildError", "message": "make failed"}}]
+    episodes = [Episode(0, [Turn(r, c) for r, c in SETUP_EP0], "step:setup"),
+                Episode(1, [Turn(r, c) for r, c in SETUP_EP1], "step:setup"),
+                Episode(0, [Turn(r, c) for r, c in BUILD], "step:build"),
+                Episode(0, [Turn(r, c) for r, c in SUMMARY], "step:build/summarization-1-summary")]
+    source = writer.ensure_source(engine, "parquet", "/fixture/ms", "ms")
+    with writer.unit(engine, source, "unit-ms", "hash-ms") as u:
+        u.add_trials([Trial(run_key="run-ms", trial_name="ms__x1", task_name="task1", reward=0.0, result="0.0",
+                            detail={"multi_step": True, "steps": steps}, episodes=episodes),
+                      Trial(run_key="run-ms", trial_name="50%_off", reward=1.0, result="1.0",
+                            episodes=[Episode(0, [Turn("user", "x")])]),
+                      Trial(run_key="run-ms", trial_name="50xyoff", reward=1.0, result="1.0",
+                            episodes=[Episode(0, [Turn("user", "y")])])])
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE runs SET name = 'ms-job' WHERE run_key = 'run-ms'"))
+
+
+def test_every_step_its_longest_episode_in_step_order(url, engine):
+    multi_step(engine)
+    t = load_trajectory(engine, "ms__x1")
+    assert (t["run_key"], t["run_name"], t["multi_step"]) == ("run-ms", "ms-job", True)
+    assert [(e["trace_source"], e["episode_index"], e["step"], e["rewards"]) for e in t["episodes"]] == [
+        ("step:setup", 1, "setup", {"reward": 1.0}), ("step:build", 0, "build", {"reward": 0.0, "speed": 0.5})]
+    assert [turns_of(e) for e in t["episodes"]] == [SETUP_EP1, BUILD]
+    assert t["episodes"][1]["exception"] == {"type": "BuildError", "message": "make failed"}
+    assert t["others"] == [{"trace_source": "step:setup", "episode_index": 0, "n_turns": 2},
+                           {"trace_source": "step:build/summarization-1-summary", "episode_index": 0, "n_turns": 2}]
+    # Turns are numbered on across the steps, as the web page's #turn-N anchors.
+    assert [turn["number"] for e in t["episodes"] for turn in e["turns"]] == list(range(7))
+    # A single-step trial: the main trace, as before, and nothing else.
+    single = load_trajectory(engine, "task2__b0")
+    assert (single["multi_step"], single["run_name"], single["episodes"][0]["step"]) == (False, None, None)
+    assert single["others"] == [{"trace_source": "main", "episode_index": 0, "n_turns": 2}]
+    # --trace picks any trace source (a subagent's); --episode an index of it; --all every one.
+    sub = load_trajectory(engine, "ms__x1", trace="step:build/summarization-1-summary")
+    assert [(turns_of(e), e["rewards"]) for e in sub["episodes"]] == [(SUMMARY, None)]
+    assert turns_of(load_trajectory(engine, "ms__x1", trace="step:setup", episode=0)["episodes"][0]) == SETUP_EP0
+    assert [e["trace_source"] for e in load_trajectory(engine, "ms__x1", all_episodes=True)["episodes"]] == [
+        "step:setup", "step:setup", "step:build", "step:build/summarization-1-summary"]
+    with pytest.raises(WarehouseError, match="no trace 'step:nope' in this trial"):
+        load_trajectory(engine, "ms__x1", trace="step:nope")
+
+
+def test_turns_slice_the_shown_turns(url, engine):
+    multi_step(engine)
+    t = load_trajectory(engine, "ms__x1", turns="3:5")
+    assert [[(turn["number"], turn["content"]) for turn in e["turns"]] for e in t["episodes"]] == [
+        [(3, "set up done")], [(4, "build it")]]
+    assert t["turn_range"] == {"start": 3, "stop": 5, "of": 7}
+    assert [turn["number"] for e in load_trajectory(engine, "ms__x1", turns="-2:")["episodes"]
+            for turn in e["turns"]] == [5, 6]
+    assert [turn["number"] for e in load_trajectory(engine, "ms__x1", turns="6")["episodes"]
+            for turn in e["turns"]] == [6]
+    shown = to_text(t)
+    assert "[3] assistant" in shown and "[4] user" in shown and "[2] user" not in shown and "[5]" not in shown
+    for bad in ("a:b", "1:2:3", "", "x"):
+        with pytest.raises(WarehouseError, match="--turns is A:B"):
+            load_trajectory(engine, "ms__x1", turns=bad)
+
+
+def test_a_unique_start_of_a_trial_name(url, engine):
+    multi_step(engine)
+    assert load_trajectory(engine, "ms__")["trial_name"] == "ms__x1"
+    with pytest.raises(WarehouseError, match=r"^trial 'task2__b' is ambiguous: it could be task2__b0, task2__b1, "
+                                             r"task2__b2$"):
+        load_trajectory(engine, "task2__b")
+    # A name in several runs is listed as RUN/TRIAL; more than five candidates end in "…".
+    with pytest.raises(WarehouseError, match=r"^trial 'sha' is ambiguous: it could be run-a/shared, run-c/shared$"):
+        load_trajectory(engine, "sha")
+    with pytest.raises(WarehouseError, match=r"task1__a0, task1__a1, task1__a2, task1__a3, task1__a4, …$"):
+        load_trajectory(engine, "task1__")
+    # Literal: % and _ are no wildcards (LIKE would take "50%" for 50xyoff too, and "t_sk" for task…).
+    assert load_trajectory(engine, "50%")["trial_name"] == "50%_off"
+    assert load_trajectory(engine, "50x")["trial_name"] == "50xyoff"
+    with pytest.raises(WarehouseError, match="no trial 't_sk'"):
+        load_trajectory(engine, "t_sk")
+    with pytest.raises(WarehouseError, match="no trial 'TASK2'"):  # case counts, on both backends
+        load_trajectory(engine, "TASK2")
+    # Exact names first: "shared" is a name and (in run-c) the start of nothing else.
+    assert load_trajectory(engine, "run-c/shared")["run_key"] == "run-c"
+    # RUN/PREFIX: a start of a name within that run.
+    assert load_trajectory(engine, "run-b/task2__b2")["trial_name"] == "task2__b2"
+    assert load_trajectory(engine, "run-ms/ms")["trial_name"] == "ms__x1"
+    assert load_trajectory(engine, "ms-job/50x")["trial_name"] == "50xyoff"
+
+
+def test_read_in_a_read_only_session(url, engine):
+    # The web app reads a trajectory on a warehouse.readonly session's connection, under its limits.
+    from warehouse.readonly import readonly_session
+    from warehouse.show import trajectory_on
+
+    multi_step(engine)
+    with readonly_session(url, timeout=10) as session:
+        t = trajectory_on(session.connection, "ms__x", turns="1:2")
+    assert t == load_trajectory(engine, "ms__x1", turns="1:2")
+    assert [turn["content"] for e in t["episodes"] for turn in e["turns"]] == [SETUP_EP1[1][1]]

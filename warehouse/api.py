@@ -317,19 +317,23 @@ class Warehouse:
             found = search(self.url, text, run=run, task=task, role=role, limit=limit, timeout=timeout)
         return Result(found.columns, found.rows, found.truncated, found.note)
 
-    def show(self, trial: str | int, /, *, episode: int | None = None, all_episodes: bool = False) -> dict[str, Any]:
-        """One trajectory as `warehouse show --format json` gives it (a trial name, RUN/TRIAL, or
-        a trial id): the trial's fields and its chosen episodes with their turns, texts exact."""
+    def show(self, trial: str | int, /, *, episode: int | None = None, all_episodes: bool = False,
+             trace: str | None = None, turns: str | None = None) -> dict[str, Any]:
+        """One trajectory as `warehouse show --format json` gives it (a trial name or a unique start
+        of one, RUN/TRIAL, or a trial id): the trial's fields and its chosen episodes with their
+        turns, texts exact. `trace` picks a trace source, `turns` "A:B" a slice of the turns."""
         from warehouse.show import load_trajectory
 
         trial = check.trial(trial)
         check.optional_integer(episode, "episode", 0)
         check.flag(all_episodes, "all_episodes")
-        if episode is not None and all_episodes:
-            raise WarehouseError("give episode or all_episodes, not both")
+        check.optional_text(trace, "trace")
+        check.optional_text(turns, "turns")
+        if all_episodes and (episode is not None or trace is not None):
+            raise WarehouseError("give episode or trace, or all_episodes, not both")
         engine = self.read_engine()
         with _errors():
-            return load_trajectory(engine, trial, episode=episode, all_episodes=all_episodes)
+            return load_trajectory(engine, trial, episode=episode, all_episodes=all_episodes, trace=trace, turns=turns)
 
 
 def _filters(*, run: Any, task: Any, model: Any, agent: Any, label: Any) -> Filters | None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
+from collections import Counter
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, func, select
 
 from warehouse.db import models
 from warehouse.db.session import read_transaction
@@ -15,6 +16,7 @@ from warehouse.display import printable
 from warehouse.errors import WarehouseError
 from warehouse.runs import resolve_run
 from warehouse.texts import exact_column, join_text
+from warehouse.turn_parts import Part, split_turn
 
 RUNS, TASKS, TRIALS = models.Run.__table__, models.Task.__table__, models.Trial.__table__
 EPISODES, TURNS, MESSAGES = models.Episode.__table__, models.Turn.__table__, models.Message.__table__
@@ -30,52 +32,77 @@ _TRIAL_FIELDS = (
 )
 
 
-def load_trajectory(engine: Engine, ref: str, *, episode: int | None = None,
-                    all_episodes: bool = False) -> dict[str, Any]:
-    """The trial `ref` names (see find_trial) with the chosen episodes, every text exact.
-
-    By default one episode: the longest of trace_source "main" (its whole trajectory: the
-    exporter's episodes are prefixes of one another); `episode` picks one by index, and
-    `all_episodes` takes every episode of every trace source."""
+def load_trajectory(engine: Engine, ref: str, *, episode: int | None = None, trace: str | None = None,
+                    all_episodes: bool = False, turns: str | None = None) -> dict[str, Any]:
+    """trajectory_on in a read transaction of its own."""
     with read_transaction(engine) as conn:
-        trial_id = find_trial(conn, ref)
-        trial = conn.execute(
-            select(TRIALS, RUNS.c.run_key, TASKS.c.name.label("task"),
-                   MESSAGES.c.content.label("instruction"), MESSAGES.c.content_raw.label("instruction_raw"))
-            .join(RUNS, RUNS.c.id == TRIALS.c.run_id)
-            .outerjoin(TASKS, TASKS.c.id == TRIALS.c.task_id)
-            .outerjoin(MESSAGES, MESSAGES.c.id == TRIALS.c.instruction_id)
-            .where(TRIALS.c.id == trial_id)
-        ).one()._mapping
-        out: dict[str, Any] = {"id": trial["id"], "run_key": trial["run_key"],
-                               "trial_name": trial["trial_name"], "task": trial["task"]}
-        out.update({name: trial[name] for name in _TRIAL_FIELDS})
-        for name in ("exception_message", "verifier_output"):
-            out[name] = exact_column(trial["detail"], name, trial[name])
-        out["instruction"] = join_text(trial["instruction"], trial["instruction_raw"])
-        out["sources"] = list(conn.execute(
-            select(SOURCES.c.name).distinct()
-            .join(LOADS, LOADS.c.source_id == SOURCES.c.id)
-            .join(TRIAL_LOADS, TRIAL_LOADS.c.load_id == LOADS.c.id)
-            .where(TRIAL_LOADS.c.trial_id == trial_id).order_by(SOURCES.c.name)
-        ).scalars())
-        available = conn.execute(
-            select(EPISODES.c.id, EPISODES.c.trace_source, EPISODES.c.episode_index,
-                   EPISODES.c.n_turns, EPISODES.c.n_chars, EPISODES.c.extra)
-            .where(EPISODES.c.trial_id == trial_id)
-        ).all()
-        out["n_episodes"] = len(available)
-        out["episodes"] = [_episode(conn, ep) for ep in _choose(available, episode, all_episodes)]
+        return trajectory_on(conn, ref, episode=episode, trace=trace, all_episodes=all_episodes, turns=turns)
+
+
+def trajectory_on(conn: Connection, ref: str, *, episode: int | None = None, trace: str | None = None,
+                  all_episodes: bool = False, turns: str | None = None) -> dict[str, Any]:
+    """The trial `ref` names (see find_trial) with the chosen episodes, every text exact, read on
+    `conn` (a read transaction, or a warehouse.readonly session's connection).
+
+    By default every one of the trial's own conversations (its main trajectory; each step of a
+    multi-step trial), the longest episode of each (the whole conversation: the exporter's
+    episodes are prefixes of one another), in step order. `trace` picks one trace source (a
+    subagent's, say) and `episode` one episode by index (of `trace`, else of the main trace);
+    `all_episodes` takes every episode of every trace source. The episodes not shown are listed
+    under "others". `turns` ("A:B", as a Python slice) keeps the shown turns A to B, numbered
+    consecutively across the shown episodes (each turn's "number")."""
+    trial_id = find_trial(conn, ref)
+    trial = conn.execute(
+        select(TRIALS, RUNS.c.run_key, RUNS.c.name.label("run_name"), TASKS.c.name.label("task"),
+               MESSAGES.c.content.label("instruction"), MESSAGES.c.content_raw.label("instruction_raw"))
+        .join(RUNS, RUNS.c.id == TRIALS.c.run_id)
+        .outerjoin(TASKS, TASKS.c.id == TRIALS.c.task_id)
+        .outerjoin(MESSAGES, MESSAGES.c.id == TRIALS.c.instruction_id)
+        .where(TRIALS.c.id == trial_id)
+    ).one()._mapping
+    detail = trial["detail"] if isinstance(trial["detail"], dict) else {}
+    steps = [s for s in detail.get("steps") or [] if isinstance(s, dict)]
+    out: dict[str, Any] = {"id": trial["id"], "run_key": trial["run_key"], "run_name": trial["run_name"],
+                           "trial_name": trial["trial_name"], "task": trial["task"]}
+    out.update({name: trial[name] for name in _TRIAL_FIELDS})
+    for name in ("exception_message", "verifier_output"):
+        out[name] = exact_column(trial["detail"], name, trial[name])
+    out["instruction"] = join_text(trial["instruction"], trial["instruction_raw"])
+    out["multi_step"] = bool(detail.get("multi_step") or steps)
+    out["sources"] = list(conn.execute(
+        select(SOURCES.c.name).distinct()
+        .join(LOADS, LOADS.c.source_id == SOURCES.c.id)
+        .join(TRIAL_LOADS, TRIAL_LOADS.c.load_id == LOADS.c.id)
+        .where(TRIAL_LOADS.c.trial_id == trial_id).order_by(SOURCES.c.name)
+    ).scalars())
+    available = conn.execute(
+        select(EPISODES.c.id, EPISODES.c.trace_source, EPISODES.c.episode_index,
+               EPISODES.c.n_turns, EPISODES.c.n_chars, EPISODES.c.extra)
+        .where(EPISODES.c.trial_id == trial_id)
+    ).all()
+    out["n_episodes"] = len(available)
+    order = _step_order(steps)
+    chosen = _choose(available, order, episode=episode, trace=trace, all_episodes=all_episodes)
+    step_of = {s.get("name"): s for s in steps if isinstance(s.get("name"), str)}
+    out["episodes"] = [_episode(conn, ep, step_of) for ep in chosen]
+    shown = {ep.id for ep in chosen}
+    out["others"] = [{"trace_source": ep.trace_source, "episode_index": ep.episode_index, "n_turns": ep.n_turns}
+                     for ep in sorted(available, key=lambda ep: (_source_key(ep.trace_source, order), ep.episode_index))
+                     if ep.id not in shown]
+    _number_turns(out, turns)
     return out
 
 
 MAX_ID = 2**63 - 1  # the largest id a BIGINT (SQLite's INTEGER) holds
+# How many candidates an ambiguous trial prefix lists before "…".
+_CANDIDATES_SHOWN = 5
 
 
 def find_trial(conn: Connection, ref: str) -> int:
-    """A trial id from a trial id (digits), a trial name, or RUN/TRIAL when the name is in
-    several runs (RUN: a key, a unique prefix of it, or a name). Run keys may hold slashes (Hub
-    dataset names), so RUN/TRIAL splits at the last."""
+    """A trial id from a trial id (digits), a trial name, RUN/TRIAL when the name is in several
+    runs (RUN: a key, a unique prefix of it, or a name), or a unique prefix of a trial name (alone
+    or as RUN/PREFIX), as runs take key prefixes. Run keys may hold slashes (Hub dataset names),
+    so RUN/TRIAL splits at the last. Exact matches come before prefixes."""
     # An id is ASCII digits ("²" and "١٢" pass isdigit()) within the id column's 64 bits.
     if ref.isascii() and ref.isdigit() and int(ref) <= MAX_ID:
         found = conn.execute(select(TRIALS.c.id).where(TRIALS.c.id == int(ref))).scalar()
@@ -90,38 +117,162 @@ def find_trial(conn: Connection, ref: str) -> int:
     if len(named) > 1:
         runs = ", ".join(row.run_key for row in named)
         raise WarehouseError(f"trial {ref!r} is in {len(named)} runs ({runs}): name it as RUN/{ref}")
+    run = None
     if "/" in ref:
-        run, name = ref.rsplit("/", 1)
-        found = conn.execute(
-            select(TRIALS.c.id).where(TRIALS.c.run_id == resolve_run(conn, run).id, TRIALS.c.trial_name == name)
-        ).scalar()
-        if found is not None:
-            return found
-    raise WarehouseError(f"no trial {ref!r} (give a trial name, RUN/TRIAL, or a trial id)")
+        run_spec, name = ref.rsplit("/", 1)
+        try:
+            run = resolve_run(conn, run_spec)
+        except WarehouseError:
+            if not _prefixed(conn, ref):  # no such run, and no trial name starts so either
+                raise
+        if run is not None:
+            found = conn.execute(
+                select(TRIALS.c.id).where(TRIALS.c.run_id == run.id, TRIALS.c.trial_name == name)
+            ).scalar()
+            if found is not None:
+                return found
+    candidates = _prefixed(conn, ref)
+    if not candidates and run is not None and name:
+        candidates, ref = _prefixed(conn, name, run.id), name
+    if len(candidates) == 1:
+        return candidates[0].id
+    if candidates:
+        # A name in several runs is shown as RUN/TRIAL, which is what picks one (candidates come
+        # by name, so one's namesakes follow it).
+        counts = Counter(row.trial_name for row in candidates)
+        shown = ", ".join(f"{row.run_key}/{row.trial_name}" if counts[row.trial_name] > 1 else row.trial_name
+                          for row in candidates[:_CANDIDATES_SHOWN])
+        more = ", …" if len(candidates) > _CANDIDATES_SHOWN else ""
+        raise WarehouseError(f"trial {ref!r} is ambiguous: it could be {shown}{more}")
+    raise WarehouseError(f"no trial {ref!r} (give a trial name or a unique start of one, RUN/TRIAL, or a trial id)")
 
 
-def _choose(available, episode: int | None, all_episodes: bool) -> list:
+def _prefixed(conn: Connection, prefix: str, run_id: int | None = None) -> list:
+    """The trials whose name starts with `prefix` (in the run `run_id`, else any), by name and
+    run, a few more than an error lists. Literal: substr, not LIKE (no wildcards, and case counts
+    on both backends, as runs.py's key prefixes); the length is the prefix's in characters, as
+    both backends' substr counts."""
+    where = [func.substr(TRIALS.c.trial_name, 1, len(prefix)) == prefix]
+    if run_id is not None:
+        where.append(TRIALS.c.run_id == run_id)
+    return conn.execute(
+        select(TRIALS.c.id, TRIALS.c.trial_name, RUNS.c.run_key).join(RUNS, RUNS.c.id == TRIALS.c.run_id)
+        .where(*where).order_by(TRIALS.c.trial_name, RUNS.c.run_key).limit(_CANDIDATES_SHOWN + 1)
+    ).all() if prefix else []
+
+
+def is_own_trace(trace_source: str) -> bool:
+    """Whether an episode of this trace source is one of its trial's own conversations: Python's
+    reading of warehouse.summaries.own_trace_sql (main, main#<n>, step:<name>; not a subagent)."""
+    return (trace_source == MAIN or trace_source.startswith("main#")
+            or (trace_source.startswith("step:") and "/" not in trace_source))
+
+
+def _step_order(steps: list[dict[str, Any]]) -> dict[str, int]:
+    """{trace source: position} of a multi-step trial's steps, in the order its detail lists them."""
+    return {f"step:{s['name']}": i for i, s in enumerate(steps) if isinstance(s.get("name"), str)}
+
+
+def _source_key(trace_source: str, order: dict[str, int]) -> tuple:
+    """Trace sources in reading order: the main trace, its further parts (main#2 before main#10),
+    the steps in the trial's order, then the rest by name; each conversation's subagents after it."""
+    own = trace_source.split("/", 1)[0] if trace_source.startswith("step:") else trace_source
+    if own == MAIN or own.startswith("main#"):
+        number = own[len("main#"):]
+        rank: tuple = (0, int(number) if number.isdigit() else -1, own)
+    elif own in order:
+        rank = (1, order[own], own)
+    else:
+        rank = (2, 0, own)
+    return (*rank, trace_source != own, trace_source)
+
+
+def _choose(available, order: dict[str, int], *, episode: int | None, trace: str | None,
+            all_episodes: bool) -> list:
+    def ordered(episodes):
+        return sorted(episodes, key=lambda ep: (_source_key(ep.trace_source, order), ep.episode_index))
+
+    def longest(episodes):
+        return max(episodes, key=lambda ep: (ep.n_turns, ep.episode_index))
+
     if all_episodes:
-        return sorted(available, key=lambda ep: (ep.trace_source != MAIN, ep.trace_source, ep.episode_index))
-    main = [ep for ep in available if ep.trace_source == MAIN] or list(available)
+        return ordered(available)
+    if trace is not None:
+        pool = [ep for ep in available if ep.trace_source == trace]
+        if not pool:
+            have = ", ".join(dict.fromkeys(ep.trace_source for ep in ordered(available)))
+            raise WarehouseError(f"no trace {trace!r} in this trial (it has: {have or 'none'})")
+    elif episode is not None:
+        pool = ([ep for ep in available if ep.trace_source == MAIN]
+                or [ep for ep in available if is_own_trace(ep.trace_source)] or list(available))
+    else:
+        by_source: dict[str, list] = {}
+        for ep in available:
+            if is_own_trace(ep.trace_source):
+                by_source.setdefault(ep.trace_source, []).append(ep)
+        return ordered(longest(eps) for eps in by_source.values())
     if episode is None:
-        return [max(main, key=lambda ep: (ep.n_turns, ep.episode_index))] if main else []
-    chosen = [ep for ep in main if ep.episode_index == episode]
+        return [longest(pool)]
+    chosen = [ep for ep in ordered(pool) if ep.episode_index == episode]
     if not chosen:
-        have = ", ".join(str(ep.episode_index) for ep in sorted(main, key=lambda ep: ep.episode_index))
+        have = ", ".join(str(i) for i in sorted({ep.episode_index for ep in pool}))
         raise WarehouseError(f"no episode {episode} (this trial has: {have or 'none'})")
     return chosen[:1]
 
 
-def _episode(conn: Connection, ep) -> dict[str, Any]:
+def parse_turns(spec: str) -> slice:
+    """`--turns A:B` as a Python slice (either end may be left out or negative); `N` alone is
+    turn N. A one-line WarehouseError for anything else."""
+    start, colon, stop = str(spec).partition(":")
+
+    def bound(value: str) -> int | None:
+        value = value.strip()
+        if not value:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise WarehouseError(f"--turns is A:B (turn numbers, as a Python slice), not {spec!r}") from None
+
+    if not colon:
+        first = bound(start)
+        if first is None:
+            raise WarehouseError(f"--turns is A:B (turn numbers, as a Python slice), not {spec!r}")
+        return slice(first, first + 1 if first != -1 else None)
+    return slice(bound(start), bound(stop))
+
+
+def _number_turns(trajectory: dict[str, Any], turns: str | None) -> None:
+    """Number the shown turns consecutively across the shown episodes (each turn's "number", the
+    web page's #turn-N) and keep only those `turns` selects; "turn_range" says which were kept."""
+    every = [turn for ep in trajectory["episodes"] for turn in ep["turns"]]
+    for number, turn in enumerate(every):
+        turn["number"] = number
+    start, stop, _ = (parse_turns(turns) if turns is not None else slice(None)).indices(len(every))
+    stop = max(start, stop)
+    trajectory["turn_range"] = {"start": start, "stop": stop, "of": len(every)}
+    if turns is not None:
+        for ep in trajectory["episodes"]:
+            ep["turns"] = [turn for turn in ep["turns"] if start <= turn["number"] < stop]
+
+
+def _episode(conn: Connection, ep, step_of: dict[str, dict[str, Any]]) -> dict[str, Any]:
     turns = conn.execute(
         select(TURNS.c.idx, TURNS.c.role, TURNS.c.extra, MESSAGES.c.content, MESSAGES.c.content_raw)
         .outerjoin(MESSAGES, MESSAGES.c.id == TURNS.c.message_id)
         .where(TURNS.c.episode_id == ep.id).order_by(TURNS.c.idx)
     ).all()
+    name = ep.trace_source[len("step:"):].split("/", 1)[0] if ep.trace_source.startswith("step:") else None
+    # A step's reward and exception are its own conversation's, not its subagents'.
+    step = (step_of.get(name) or {}) if is_own_trace(ep.trace_source) else {}
+    name = ep.trace_source[len("step:"):].split("/", 1)[0] if ep.trace_source.startswith("step:") else None
+    # A step's reward and exception are its own conversation's, not its subagents'.
+    step = (step_of.get(name) or {}) if is_own_trace(ep.trace_source) else {}
     return {
         "trace_source": ep.trace_source, "episode_index": ep.episode_index,
         "n_turns": ep.n_turns, "n_chars": ep.n_chars, "extra": ep.extra,
+        "step": name, "rewards": step.get("rewards"), "exception": step.get("exception"),
+        "step": name, "rewards": step.get("rewards"), "exception": step.get("exception"),
         "turns": [{"idx": t.idx, "role": t.role, "content": join_text(t.content, t.content_raw),
                    "extra": t.extra} for t in turns],
     }
@@ -147,9 +298,20 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def to_text(trajectory: dict[str, Any]) -> str:
-    """The trajectory for a person at a terminal: a header, then each turn, then the verifier.
-    Control characters (escape sequences, carriage returns) are shown, not obeyed."""
+def run_label(run_key: str, name: str | None) -> str:
+    """A run as answers name it: `name (key)`, or the key alone when it has no other name."""
+    return run_key if not name or name == run_key else f"{name} ({run_key})"
+
+
+# Dim (SGR 2) for thinking when colour is on; the reset after it.
+_DIM, _RESET = "\x1b[2m", "\x1b[0m"
+
+
+def to_text(trajectory: dict[str, Any], *, color: bool = False) -> str:
+    """The trajectory for a person at a terminal: a header, then each shown episode (a step of a
+    multi-step trial under its name and reward) and its turns, tool calls as calls, then the
+    verifier. Control characters (escape sequences, carriage returns) in the data are shown, not
+    obeyed; `color` dims thinking (the only escapes written are this module's own)."""
     t = trajectory
     lines = []
 
@@ -158,11 +320,13 @@ def to_text(trajectory: dict[str, Any]) -> str:
             lines.append(f"{label:<10}{printable(str(value))}")
 
     field("trial", f"{t['trial_name']}  (id {t['id']})")
-    field("run", t["run_key"])
+    field("run", run_label(t["run_key"], t.get("run_name")))
     field("task", t["task"])
     field("agent", " ".join(v for v in (t["agent"], t["agent_version"]) if v))
     field("model", t["model"])
     field("reward", t["reward"])
+    if t["rewards"] and set(t["rewards"]) != {"reward"}:
+        field("rewards", _rewards(t["rewards"]))
     field("result", t["result"])
     field("status", t["status"])
     field("exception", ": ".join(v for v in (t["exception_type"], t["exception_message"]) if v))
@@ -170,16 +334,25 @@ def to_text(trajectory: dict[str, Any]) -> str:
     field("tokens", ", ".join(f"{k} {v}" for k, v in tokens.items() if v is not None))
     field("sources", ", ".join(t["sources"]))
     shown = len(t["episodes"])
-    field("episodes", f"{t['n_episodes']} (showing {shown}; --episode N or --all for others)"
+    field("episodes", f"{t['n_episodes']} (showing {shown}; the others are listed at the end)"
           if shown < t["n_episodes"] else t["n_episodes"])
+    span = t.get("turn_range") or {}
+    if span and (span["start"], span["stop"]) != (0, span["of"]):
+        field("turns", f"{span['start']}:{span['stop']} of {span['of']} (--turns)")
     for ep in t["episodes"]:
+        if span and not ep["turns"] and ep["n_turns"]:
+            continue  # --turns left none of this episode's turns
         lines.append("")
-        lines.append(f"── episode {ep['episode_index']} ({ep['trace_source']}): {ep['n_turns']} turns ──")
+        lines.append(_episode_header(ep))
+        if ep.get("exception"):
+            lines.extend(printable(f"exception {_exception(ep['exception'])}").split("\n"))
         for turn in ep["turns"]:
             lines.append("")
-            lines.append(f"[{turn['idx']}] {turn['role']}")
-            lines.extend("    " + line for line in printable(turn["content"] or "").split("\n"))
+            lines.append(f"[{turn.get('number', turn['idx'])}] {turn['role']}")
+            lines.extend(_turn_lines(turn["content"], color))
             lines.extend("    " + line for line in _kept_in_turn(turn["extra"] or {}))
+        if ep["turns"] and ep["turns"][-1]["idx"] != ep["n_turns"] - 1:
+            continue  # --turns ends before this episode does: what comes after its turns is not shown
         extra = ep["extra"] or {}
         for step in extra.get("later_steps") or []:
             lines.append("")
@@ -200,7 +373,109 @@ def to_text(trajectory: dict[str, Any]) -> str:
         lines.append("")
         lines.append("── verifier output ──")
         lines.extend("    " + line for line in printable(t["verifier_output"]).split("\n"))
+    lines.extend(_others_lines(t))
     return "\n".join(lines) + "\n"
+
+
+def _rewards(rewards: Any) -> str:
+    if not isinstance(rewards, dict):
+        return json.dumps(rewards, ensure_ascii=False)
+    return " · ".join(f"{key} {value}" for key, value in rewards.items())
+
+
+def _exception(exception: Any) -> str:
+    if isinstance(exception, dict):
+        return ": ".join(str(exception[k]) for k in ("exception_type", "exception_message", "type", "message")
+                         if exception.get(k)) or json.dumps(exception, ensure_ascii=False)
+    return str(exception)
+
+
+def _episode_header(ep: dict[str, Any]) -> str:
+    if ep.get("step") is not None and is_own_trace(ep["trace_source"]):
+        reward = _rewards(ep["rewards"]) if ep.get("rewards") else "no reward"
+        return printable(f"── step {ep['step']} · {reward} · {ep['n_turns']} turns ──")
+    return printable(f"── episode {ep['episode_index']} ({ep['trace_source']}): {ep['n_turns']} turns ──")
+
+
+def _others_lines(t: dict[str, Any]) -> list[str]:
+    """The episodes not shown, by trace source, and how to show one."""
+    others = t.get("others") or []
+    if not others:
+        return []
+    shown = {ep["trace_source"] for ep in t["episodes"]}
+    by_source: dict[str, list[dict[str, Any]]] = {}
+    for other in others:
+        by_source.setdefault(other["trace_source"], []).append(other)
+    lines = ["", "── other episodes (show one with --trace SOURCE [--episode N]; --all shows every one) ──"]
+    for source, eps in by_source.items():
+        if source in shown:
+            what = (f"{len(eps)} shorter episodes (prefixes of the one shown)" if len(eps) > 1
+                    else "1 shorter episode (a prefix of the one shown)")
+        else:
+            listed = ", ".join(f"episode {ep['episode_index']} ({ep['n_turns']} turns)" for ep in eps[:4])
+            what = listed + (f", … ({len(eps)} in all)" if len(eps) > 4 else "")
+        lines.append(printable(f"    {source}: {what}"))
+    return lines
+
+
+# How much of a tool call's argument the text shows: a line's characters, a value's lines.
+_ARG_CHARS, _ARG_LINES = 200, 40
+_INDENT = "    "
+
+
+def _turn_lines(content: str | None, color: bool) -> list[str]:
+    """A turn's text as indented lines: text as it is, thinking as a marked (and, in colour,
+    dimmed) block, each tool call as `→ call NAME(arg=value, …)`."""
+    lines: list[str] = []
+    for part in split_turn(content):
+        if part.kind == "text":
+            if part.text.strip():
+                lines.extend(_INDENT + line for line in printable(part.text.strip("\n")).split("\n"))
+        elif part.kind == "thinking":
+            body = [_INDENT + "│ " + line for line in printable(part.text.strip("\n")).split("\n")]
+            block = [_INDENT + "[thinking]", *body]
+            lines.extend(f"{_DIM}{line}{_RESET}" for line in block) if color else lines.extend(block)
+        else:
+            lines.extend(_INDENT + line for line in _call_lines(part))
+    return lines
+
+
+def _call_lines(part: Part) -> list[str]:
+    if part.name is None:  # not a call the JSON names: as it was written
+        return ["→ call (unparsed)", *("  " + line for line in printable(part.text).split("\n"))]
+    arguments = part.arguments
+    if arguments is None or arguments == {}:
+        return [printable(f"→ call {part.name}()")]
+    if not isinstance(arguments, dict):
+        return [printable(f"→ call {part.name}({_value(arguments)})")]
+    values = {key: _value(value) for key, value in arguments.items()}
+    one_line = f"→ call {part.name}(" + ", ".join(f"{key}={value}" for key, value in values.items()) + ")"
+    if "\n" not in one_line and len(one_line) <= 100:
+        return [printable(one_line)]
+    lines = [printable(f"→ call {part.name}(")]
+    for key, value in values.items():
+        first, *rest = value.split("\n")
+        lines.append(printable(f"      {key}={first}"))
+        lines.extend(printable("        " + line) for line in rest)
+    lines.append(")")
+    return lines
+
+
+def _value(value: Any) -> str:
+    """An argument's value for reading: a string quoted, on its own lines when it has several
+    (code, a file's text), else JSON; cut past _ARG_CHARS characters a line or _ARG_LINES lines,
+    saying how much more there is (--format json has it all)."""
+    if isinstance(value, str) and "\n" in value:
+        lines = value.split("\n")
+        shown = [_cut(line) for line in lines[:_ARG_LINES]]
+        if len(lines) > _ARG_LINES:
+            shown.append(f"… {len(lines) - _ARG_LINES} more lines")
+        return '"""\n' + "\n".join(shown) + '\n"""'
+    return _cut(json.dumps(value, ensure_ascii=False))
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= _ARG_CHARS else f"{line[:_ARG_CHARS]}… ({len(line) - _ARG_CHARS} more characters)"
 
 
 def _kept_in_turn(extra: dict[str, Any]) -> list[str]:

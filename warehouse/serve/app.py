@@ -26,7 +26,7 @@ from datetime import date, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from flask import Flask, Response, abort, render_template, request
+from flask import Flask, Response, abort, redirect, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from warehouse.display import printable
@@ -65,7 +65,8 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
 
     @app.after_request
     def _headers(response: Response) -> Response:
-        response.headers.update(HEADERS)
+        for name, value in HEADERS.items():
+            response.headers.setdefault(name, value)  # a route's own (the text's sandbox) stands
         if response.mimetype == "text/html":
             response.headers["Cache-Control"] = "no-store"
         return response
@@ -106,6 +107,11 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
     def _trial(run_key: str, name: str):
         data = pages.trial_page(viewer, run_key, name, source=request.args.get("source") or None,
                                 episode=_optional_int("episode"))
+        trial = data["trial"]
+        if (trial["run_key"], trial["trial_name"]) != (run_key, name):
+            # A run name or prefix, a trial-name prefix: sent on to the trial's own, stable URL.
+            target = trial_url(trial["run_key"], trial["trial_name"], **request.args.to_dict(flat=False))
+            return redirect(target, code=302)
         return render_template("trial.html", **data)
 
     @app.get("/trial/<int:trial_id>/text")
@@ -202,14 +208,15 @@ def trial_url(run_key: str, trial_name: str, **params: Any) -> str:
 
 
 def _clean(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if v not in (None, "", [], False)}
+    # `is`, not `in`: 0 == False, and episode 0 is a value.
+    return {k: v for k, v in params.items() if not (v is None or v is False or v == "" or v == [])}
 
 
 def _url_with(**changes: Any) -> str:
     """This page's URL with some query parameters changed (None removes one)."""
     args = {k: request.args.getlist(k) for k in request.args}
     for key, value in changes.items():
-        if value in (None, "", False):
+        if value is None or value is False or value == "":
             args.pop(key, None)
         else:
             args[key] = [str(value)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -37,10 +38,17 @@ class NotFound(WarehouseError):
 
 
 def _run(conn, spec: str):
-    try:
+    with _missing("no run "):
         return resolve_run(conn, spec)
+
+
+@contextmanager
+def _missing(start: str):
+    """A WarehouseError that says nothing is named so (its message starts with `start`) as NotFound."""
+    try:
+        yield
     except WarehouseError as exc:
-        if str(exc).startswith("no run "):
+        if str(exc).startswith(start) and not isinstance(exc, NotFound):
             raise NotFound(str(exc)) from None
         raise
 
@@ -278,7 +286,8 @@ def trial_page(viewer: Viewer, run: str, name: str, *, source: str | None = None
     with viewer.session() as session:
         conn = session.connection
         ref = _run(conn, run)
-        trajectory = trajectory_on(conn, f"{ref.run_key}/{name}", source=source, episode=episode)
+        with _missing("no trial "):
+            trajectory = trajectory_on(conn, f"{ref.run_key}/{name}", trace=source, episode=episode)
     return {"trial": trajectory, "run": ref, "steps": _steps(trajectory), "fields": _fields(trajectory),
             "others": trajectory.get("others") or []}
 
@@ -418,8 +427,9 @@ def diff_page(viewer: Viewer, a: str, b: str) -> dict[str, Any]:
 
     with viewer.session() as session:
         conn = session.connection
-        left = trajectory_on(conn, a)
-        right = trajectory_on(conn, b)
+        with _missing("no trial "):
+            left = trajectory_on(conn, a)
+            right = trajectory_on(conn, b)
     left_turns = [t for s in _steps(left) for t in s["turns"]]
     right_turns = [t for s in _steps(right) for t in s["turns"]]
     rows = align(left_turns, right_turns)
