@@ -131,8 +131,9 @@ class Tab:
                            .map(e => e.outerHTML.slice(0, 200))
                       .concat(Array.from(document.querySelectorAll('*')).flatMap(e => Array.from(e.attributes)
                            .filter(a => a.name.startsWith('on')).map(a => e.tagName + ' ' + a.name))),
-            // Every link stays on this origin over http (no javascript:, data: or other site).
-            links: Array.from(document.querySelectorAll('a[href], form[action], link[href]'))
+            // Every link stays on this origin over http (no javascript:, data: or other site);
+            // the empty data: icon only stops the browser asking for /favicon.ico.
+            links: Array.from(document.querySelectorAll('a[href], form[action], link[href]:not([rel=icon][href="data:,"])'))
                         .map(e => e.href || e.action)
                         .filter(h => { const u = new URL(h, location.href); return u.origin !== location.origin; }),
             // The page fits the window: what is wider scrolls inside its own .scroll box.
