@@ -234,6 +234,15 @@ PAGES = _pages()  # every page, by name: (path, the status it answers)
 
 # --- every page ----------------------------------------------------------------------------------
 
+def test_the_tab_cuts_and_records_what_leaves_the_origin(served, tab):
+    """What the checks below rely on: a request to another origin is aborted and recorded."""
+    t = tab()
+    t.open("/")
+    other = "http://example.invalid/"
+    with pytest.raises(Exception):
+        t.page.goto(other)
+    assert other in t.blocked
+
 @pytest.mark.parametrize("size", [DESKTOP, PHONE], ids=["1280x900", "390x844"])
 @pytest.mark.parametrize("page", PAGES)
 def test_every_page_renders_clean_and_fits(served, tab, page, size):
@@ -276,8 +285,10 @@ def test_a_deep_link_opens_at_its_turn_and_j_k_move_between_turns(served, tab, s
 def test_a_multi_step_trial_shows_every_step_with_its_reward(served, tab):
     t = tab()
     t.open(trial_path(JOB_RUN, MULTI_STEP))
-    steps = t.page.eval_on_selector_all("section.step > h2", "hs => hs.map(h => h.textContent)")
-    assert len(steps) == 2 and all("reward" in s for s in steps), steps
+    steps = [h.split() for h in t.page.eval_on_selector_all("section.step > h2", "hs => hs.map(h => h.textContent)")]
+    # The two steps with a trajectory, in the job's order, each with its verifier's reward.json.
+    assert [s[1] for s in steps] == ["fixed-design", "final-summary"], steps
+    assert [s[s.index("rewards") + 1:s.index("rewards") + 3] for s in steps] == [["reward", "1"], ["reward", "0.452,"]]
     # Every turn of every step is an anchor, numbered down the page.
     ids = t.page.eval_on_selector_all("[data-turn]", "ts => ts.map(t => t.id)")
     assert ids == [f"turn-{i}" for i in range(len(ids))] and len(ids) > 10
