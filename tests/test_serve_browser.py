@@ -208,6 +208,7 @@ def _pages() -> dict[str, tuple[str, int]]:
         "trials-paged": (run_path(RUN, "size=5&page=2&sort=cost&desc=1"), 200),
         "trials-hostile": (run_path(EVIL_RUN), 200),
         "trial": (trial_path(a, SAMPLE_TRIAL), 200),
+        "trial-episode": (trial_path(job, TOOL_CALLS, "source=main&episode=1"), 200),  # one of its others
         "trial-tool-calls": (trial_path(job, TOOL_CALLS), 200),
         "trial-multi-step": (trial_path(job, MULTI_STEP), 200),
         "trial-long": (trial_path(RUN, LONG), 200),
@@ -218,6 +219,7 @@ def _pages() -> dict[str, tuple[str, int]]:
         "diff-hostile": (diff_path((EVIL_RUN, EVIL_TRIAL), (EVIL_RUN, f"{SCRIPT}__2")), 200),
         "matrix": ("/matrix", 200),
         "queries": ("/queries", 200),
+        "search-form": ("/search", 200),
         "search": ("/search?q=regex", 200),
         "search-hostile": ("/search?q=" + quote("<script>"), 200),
         "error-404": (run_path("no-such-run"), 404),
