@@ -25,6 +25,7 @@ class Server:
         self.proc = start_cli(db_url, "serve", "--port", "0")
         self.log: list[str] = []
         self.url = self._wait_for_url()
+        self.origin = self.url.rstrip("/")
         self._drain = threading.Thread(target=self._read_rest, daemon=True)
         self._drain.start()
 

@@ -110,8 +110,14 @@ def empty_db_url(backend, tmp_path) -> Iterator[str]:
 @pytest.fixture
 def db_url(backend, tmp_path, request) -> Iterator[str]:
     """A URL to a fresh warehouse at the head revision."""
+    yield from fresh_warehouse(backend, tmp_path, request)
+
+
+def fresh_warehouse(backend: str, folder, request) -> Iterator[str]:
+    """A fresh warehouse at the head revision: a file in `folder`, or a PostgreSQL database made
+    from the template (dropped after). `db_url`'s, for fixtures of a wider scope too."""
     if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+        url = f"sqlite:///{folder / 'warehouse.db'}"
         engine = make_engine(resolve_url(url))
         schema.upgrade(engine)
         engine.dispose()

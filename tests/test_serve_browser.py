@@ -24,11 +24,10 @@ import pytest
 from sqlalchemy import text
 
 from browser import Server, Tab
-from conftest import BACKENDS, _fresh_pg
+from conftest import BACKENDS, fresh_warehouse
 from ingest.shape.records import Episode, Trial, Turn
 from ingest.write import writer
 from procs import run_cli
-from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
 from warehouse.queries import QUERIES
 from warehouse.runs import set_labels
@@ -130,28 +129,10 @@ def build(engine) -> None:
         set_labels(conn, run_id, {SCRIPT: IMG, "step": JS_LINK})
 
 
-@contextmanager
-def _warehouse(backend: str, request, folder: Path):
-    if backend == "sqlite":
-        url = f"sqlite:///{folder / 'warehouse.db'}"
-        engine = make_engine(resolve_url(url))
-        schema.upgrade(engine)
-        engine.dispose()
-        yield url
-    else:
-        with contextmanager(_fresh_pg)(request.getfixturevalue("pg_template")) as url:
-            yield url
-
-
-class Served:
-    def __init__(self, backend: str, db_url: str, server: Server):
-        self.backend, self.db_url, self.server, self.origin = backend, db_url, server, server.url.rstrip("/")
-
-
 @pytest.fixture(scope="module", params=BACKENDS)
 def served(request, tmp_path_factory):
-    """The warehouse on this backend, and `warehouse serve` on it, for the whole module."""
-    with _warehouse(request.param, request, tmp_path_factory.mktemp("serve")) as url:
+    """`warehouse serve` on this backend's warehouse, for the whole module."""
+    with contextmanager(fresh_warehouse)(request.param, tmp_path_factory.mktemp("serve"), request) as url:
         done = run_cli(url, "ingest", str(SAMPLE), str(JOB))
         assert done.returncode == 0, done.stderr
         engine = make_engine(resolve_url(url))
@@ -159,7 +140,7 @@ def served(request, tmp_path_factory):
         engine.dispose()
         server = Server(url)
         try:
-            yield Served(request.param, url, server)
+            yield server
         finally:
             server.stop()
         assert not server.tracebacks(), "".join(server.log)
