@@ -128,7 +128,7 @@ class Tab:
             scripts: Array.from(document.scripts).filter(s => !s.src || new URL(s.src).origin !== location.origin
                                                           || !s.src.endsWith('/static/viewer.js')).map(s => s.outerHTML.slice(0, 200)),
             // Elements or attributes data could make: images, frames, objects, event handlers, inline styles.
-            injected: Array.from(document.querySelectorAll('img, iframe, object, embed, textarea, base, meta[http-equiv], [style]'))
+            injected: Array.from(document.querySelectorAll('img, iframe, object, embed, base, meta[http-equiv], [style]'))
                            .map(e => e.outerHTML.slice(0, 200))
                       .concat(Array.from(document.querySelectorAll('*')).flatMap(e => Array.from(e.attributes)
                            .filter(a => a.name.startsWith('on')).map(a => e.tagName + ' ' + a.name))),
