@@ -286,6 +286,17 @@ def test_tool_calls_show_as_calls_with_their_arguments(served, tab):
     assert t.page.eval_on_selector_all(".call dl dt", "d => d.length") > 0
 
 
+def test_thinking_is_folded_and_t_unfolds_it(served, tab):
+    t = tab()
+    t.open(trial_path(EVIL_RUN, EVIL_TRIAL))
+    thinking = t.page.locator("#turn-2 details.thinking")
+    assert thinking.count() == 1 and not thinking.evaluate("d => d.open")
+    assert not t.page.is_visible("#turn-2 details.thinking .prose")
+    t.page.keyboard.press("t")
+    assert thinking.evaluate("d => d.open") and t.page.is_visible("#turn-2 details.thinking .prose")
+    assert shown(HOSTILE) in thinking.text_content()
+
+
 def test_search_hits_link_to_their_turn(served, tab):
     t = tab()
     t.open("/search?q=" + quote(f"only b says {PART_TURNS - 1}"))
