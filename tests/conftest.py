@@ -7,6 +7,7 @@ WAREHOUSE_REQUIRE_PG=1) a missing or unreachable server is a failure, not a skip
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 
@@ -29,6 +30,9 @@ def _no_columns() -> None:
 
 
 PG_URL = os.environ.get("WAREHOUSE_TEST_PG_URL")
+# Chromium missing: the browser tests are skipped locally, a failure under CI or with
+# WAREHOUSE_REQUIRE_BROWSER=1 (.ci/run installs it).
+REQUIRE_BROWSER = bool(os.environ.get("CI") or os.environ.get("WAREHOUSE_REQUIRE_BROWSER"))
 REQUIRE_PG = bool(os.environ.get("CI") or os.environ.get("WAREHOUSE_REQUIRE_PG"))
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -106,8 +110,14 @@ def empty_db_url(backend, tmp_path) -> Iterator[str]:
 @pytest.fixture
 def db_url(backend, tmp_path, request) -> Iterator[str]:
     """A URL to a fresh warehouse at the head revision."""
+    yield from fresh_warehouse(backend, tmp_path, request)
+
+
+def fresh_warehouse(backend: str, folder, request) -> Iterator[str]:
+    """A fresh warehouse at the head revision: a file in `folder`, or a PostgreSQL database made
+    from the template (dropped after). `db_url`'s, for fixtures of a wider scope too."""
     if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'warehouse.db'}"
+        url = f"sqlite:///{folder / 'warehouse.db'}"
         engine = make_engine(resolve_url(url))
         schema.upgrade(engine)
         engine.dispose()
@@ -121,3 +131,24 @@ def engine(db_url):
     eng = make_engine(resolve_url(db_url))
     yield eng
     eng.dispose()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium for the session (the report's and the viewer's tests): Debian's,
+    so nothing is downloaded."""
+    executable = shutil.which("chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        executable, why = None, "playwright is not installed (pip install -e '.[test]')"
+    else:
+        why = "chromium is not installed (apt-get install -y chromium)"
+    if executable is None:
+        if REQUIRE_BROWSER:
+            pytest.fail(f"this test needs a browser, but {why}")
+        pytest.skip(why)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=executable)
+        yield chromium
+        chromium.close()

@@ -9,8 +9,6 @@ installs it). docs/report.png is this sweep's report."""
 from __future__ import annotations
 
 import html
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,8 +25,6 @@ from warehouse.queries.outcome import DEFAULT_NOTE as ERRORS_NOTE
 from warehouse.report import CHARTS, natural_key, run_titles
 from warehouse.runs import set_labels
 
-
-REQUIRE_BROWSER = bool(os.environ.get("CI") or os.environ.get("WAREHOUSE_REQUIRE_BROWSER"))
 
 # --- the sweep -------------------------------------------------------------------------------
 #
@@ -103,27 +99,7 @@ def sweep(db_url, engine) -> str:
     return db_url
 
 
-# --- the browser -----------------------------------------------------------------------------
-
-@pytest.fixture(scope="session")
-def browser():
-    """One headless Chromium for the session: Debian's, so nothing is downloaded."""
-    executable = shutil.which("chromium")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        executable, why = None, "playwright is not installed (pip install -e '.[test]')"
-    else:
-        why = "chromium is not installed (apt-get install -y chromium)"
-    if executable is None:
-        if REQUIRE_BROWSER:
-            pytest.fail(f"the report test needs a browser, but {why}")
-        pytest.skip(why)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=executable)
-        yield chromium
-        chromium.close()
-
+# --- the browser (the session's Chromium is conftest's `browser`) -----------------------------
 
 class Opened:
     """A page opened from a file with the network cut off, and what it tried and said."""

@@ -119,18 +119,18 @@ def find_trial(conn: Connection, ref: str) -> int:
         raise WarehouseError(f"trial {ref!r} is in {len(named)} runs ({runs}): name it as RUN/{ref}")
     run = None
     if "/" in ref:
+        # Trial names may hold slashes too (a task's): RUN/TRIAL names a trial exactly at any
+        # slash, the last first; a prefix (below) splits at the last.
+        for at in [i for i, c in enumerate(ref) if c == "/"][::-1]:
+            found = _in_run(conn, ref[:at], ref[at + 1:])
+            if found is not None:
+                return found
         run_spec, name = ref.rsplit("/", 1)
         try:
             run = resolve_run(conn, run_spec)
         except WarehouseError:
             if not _prefixed(conn, ref):  # no such run, and no trial name starts so either
                 raise
-        if run is not None:
-            found = conn.execute(
-                select(TRIALS.c.id).where(TRIALS.c.run_id == run.id, TRIALS.c.trial_name == name)
-            ).scalar()
-            if found is not None:
-                return found
     within = None  # the run of RUN/START, once the start is looked for in it
     candidates = _prefixed(conn, ref)
     if not candidates and run is not None and name:
@@ -150,6 +150,15 @@ def find_trial(conn: Connection, ref: str) -> int:
         more = ", …" if len(candidates) > _CANDIDATES_SHOWN else ""
         raise WarehouseError(f"trial {ref!r} is ambiguous: it could be {shown}{more}")
     raise WarehouseError(f"no trial {ref!r} (give a trial name or a unique start of one, RUN/TRIAL, or a trial id)")
+
+
+def _in_run(conn: Connection, run_spec: str, name: str) -> int | None:
+    """The id of the trial `name` of the run `run_spec` names, if both are there."""
+    try:
+        run = resolve_run(conn, run_spec)
+    except WarehouseError:
+        return None
+    return conn.execute(select(TRIALS.c.id).where(TRIALS.c.run_id == run.id, TRIALS.c.trial_name == name)).scalar()
 
 
 def _prefixed(conn: Connection, prefix: str, run_id: int | None = None, suffix: str = "") -> list:

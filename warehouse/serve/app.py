@@ -19,6 +19,7 @@ request naming another host: server.py.)"""
 from __future__ import annotations
 
 import io
+import re
 import time
 from datetime import datetime
 from typing import Any
@@ -249,9 +250,17 @@ def _matrix_rows(runs: list[tuple[str, str]], grid: list[tuple[str, list]]) -> l
 
 # --- values as the pages show them ----------------------------------------------------------
 
+# Bidirectional embeddings, overrides and isolates: obeyed by a browser, they reorder the text
+# after them (a trial name that reads as another's, "Trojan source"); shown as their code instead.
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
 def _text(value: Any) -> str:
-    """Stored text for a page: control characters shown, not obeyed (escaping is Jinja's)."""
-    return "" if value is None else printable(str(value))
+    """Stored text for a page: control characters and bidi controls shown, not obeyed
+    (escaping is Jinja's)."""
+    if value is None:
+        return ""
+    return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", printable(str(value)))
 
 
 def _format_number(value: Any, digits: int = 3) -> str:
