@@ -29,14 +29,13 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, bindparam, cast, func, insert, select, text
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import Connection, Engine, Table, cast, func, select, text
 from sqlalchemy.types import Text
 
 from warehouse.db import models, schema
 from warehouse.db.engine import make_engine, make_read_engine, redact
 from warehouse.db.session import write_transaction
-from warehouse.db.types import Json
+from warehouse.db.types import Json, UtcDateTime
 from warehouse.errors import WarehouseError
 
 TABLES: tuple[Table, ...] = tuple(models.Base.metadata.sorted_tables)  # parents before children
@@ -61,33 +60,37 @@ def _columns(table: Table) -> list:
     return [c for c in table.columns if c.computed is None]
 
 
-def _is_json(column) -> bool:
-    return isinstance(column.type, Json)
+def _kind(column) -> str | None:
+    """How a column's values cross: "json" (its stored text), "time" (a UTC timestamp), or as
+    the driver gives them."""
+    if isinstance(column.type, Json):
+        return "json"
+    if isinstance(column.type, UtcDateTime):
+        return "time"
+    return None
 
 
-def _read_statement(table: Table):
-    # JSON as its stored text: exact, NULL and null apart.
-    return select(*[cast(c, Text).label(c.name) if _is_json(c) else c for c in _columns(table)])
+def _read_statement(table: Table, dialect: str):
+    """JSON as its stored text (exact, NULL and null apart); on SQLite a timestamp as its stored
+    text too, which a SQLite target keeps byte for byte."""
+    def read(c):
+        kind = _kind(c)
+        if kind == "json" or (kind == "time" and dialect == "sqlite"):
+            return cast(c, Text).label(c.name)
+        return c
 
-
-def _write_statement(table: Table, dialect: str):
-    values = {}
-    for c in _columns(table):
-        if _is_json(c):
-            bound = bindparam(c.name, type_=Text)
-            values[c.name] = cast(bound, JSONB) if dialect == "postgresql" else bound
-        else:
-            values[c.name] = bindparam(c.name, type_=c.type)
-    return insert(table).values(values)
+    return select(*[read(c) for c in _columns(table)])
 
 
 # --- checksums ---------------------------------------------------------------------------------
 
-def _canonical(value: Any, json_text: bool) -> bytes:
+def _canonical(value: Any, kind: str | None) -> bytes:
     """One value as bytes that are the same whichever backend gave it."""
     if value is None:
         return b"N"
-    if json_text:
+    if kind == "time" and isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if kind == "json":
         parsed = json.loads(value) if isinstance(value, str) else value
         return b"j" + json.dumps(parsed, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode(
             "utf-8", "surrogatepass")
@@ -107,27 +110,28 @@ def _canonical(value: Any, json_text: bool) -> bytes:
     return b"s" + str(value).encode("utf-8", "surrogatepass")
 
 
-def _row_hash(row: tuple, json_columns: tuple[bool, ...]) -> int:
+def _row_hash(row: tuple, kinds: tuple[str | None, ...]) -> int:
     h = hashlib.sha256()
-    for value, is_json in zip(row, json_columns):
-        part = _canonical(value, is_json)
+    for value, kind in zip(row, kinds):
+        part = _canonical(value, kind)
         h.update(b"%d:" % len(part))
         h.update(part)
     return int.from_bytes(h.digest(), "big")
 
 
 def _digest_rows(batches: Iterator[list[tuple]], table: Table) -> Digest:
-    json_columns = tuple(_is_json(c) for c in _columns(table))
+    kinds = tuple(_kind(c) for c in _columns(table))
     total, rows = 0, 0
     for batch in batches:
         for row in batch:
-            total = (total + _row_hash(tuple(row), json_columns)) % _MOD
+            total = (total + _row_hash(tuple(row), kinds)) % _MOD
         rows += len(batch)
     return Digest(rows, f"{total:064x}")
 
 
 def _batches(conn: Connection, table: Table) -> Iterator[list[tuple]]:
-    result = conn.execution_options(stream_results=True, yield_per=BATCH).execute(_read_statement(table))
+    statement = _read_statement(table, conn.dialect.name)
+    result = conn.execution_options(stream_results=True, yield_per=BATCH).execute(statement)
     for partition in result.partitions(BATCH):
         yield partition
 
@@ -182,16 +186,16 @@ def copy(source_url, target_url, *, progress: Progress | None = None) -> dict[st
         raise WarehouseError("FROM and TO are the same database")
     _check_target(target, schema.head_revision())
     dialect = target.dialect.name
-    with snapshot(source) as reading, write_transaction(target) as writing:
+    # References are checked once at the end (SQLite), not per row; PostgreSQL checks its own.
+    with snapshot(source) as reading, write_transaction(target, check_references=False) as writing:
         digests: dict[str, Digest] = {}
         for table in TABLES:
             total = reading.execute(select(func.count()).select_from(table)).scalar_one()
-            statement = _write_statement(table, dialect)
             names = [c.name for c in _columns(table)]
 
-            def copied(table=table, total=total, statement=statement, names=names):
+            def copied(table=table, total=total, names=names):
                 done = 0
-                with _writer(writing, table, names, statement) as write:
+                with _writer(writing, table, names) as write:
                     for batch in _batches(reading, table):
                         write(batch)
                         done += len(batch)
@@ -202,6 +206,10 @@ def copy(source_url, target_url, *, progress: Progress | None = None) -> dict[st
             digests[table.name] = _digest_rows(copied(), table)
         if dialect == "postgresql":
             _reset_sequences(writing)
+        else:
+            broken = writing.exec_driver_sql("PRAGMA foreign_key_check").first()
+            if broken is not None:
+                raise WarehouseError(f"the copy breaks a reference ({broken[0]} row {broken[1]}): nothing written")
         written = {table.name: _digest_rows(_batches(writing, table), table) for table in TABLES}
         differ = compare(digests, written)
         if differ:
@@ -212,11 +220,13 @@ def copy(source_url, target_url, *, progress: Progress | None = None) -> dict[st
 
 
 @contextmanager
-def _writer(conn: Connection, table: Table, names: list[str], statement) -> Iterator[Callable[[list], None]]:
+def _writer(conn: Connection, table: Table, names: list[str]) -> Iterator[Callable[[list], None]]:
     """A function writing batches of rows into `table`: on PostgreSQL one COPY for the table
-    (the rows as read: JSON as its text, which COPY hands to JSONB's parser); elsewhere the
-    insert statement, executed many."""
+    (the rows as read: JSON as its text, which COPY hands to JSONB's parser), on SQLite the
+    driver's executemany."""
     if conn.dialect.name == "postgresql":
+        # A SQLite source's timestamps come as their text, which is UTC without an offset.
+        conn.exec_driver_sql("SET LOCAL TIME ZONE 'UTC'")
         columns = ", ".join(f'"{name}"' for name in names)
         cursor = conn.connection.driver_connection.cursor()
         with cursor.copy(f'COPY "{table.name}" ({columns}) FROM STDIN') as copying:
@@ -227,10 +237,29 @@ def _writer(conn: Connection, table: Table, names: list[str], statement) -> Iter
             yield write
         return
 
+    # SQLite: the driver's executemany, each value as SQLAlchemy's types store it (a timestamp as
+    # its UTC text, JSON as the text read), without a bind processor per value.
+    columns = {c.name: c for c in table.columns}
+    convert = [_sqlite_datetime if _kind(columns[name]) == "time" else None for name in names]
+    sql = (f'INSERT INTO "{table.name}" ({", ".join(chr(34) + n + chr(34) for n in names)}) '
+           f'VALUES ({", ".join("?" * len(names))})')
+    cursor = conn.connection.driver_connection.cursor()
+
     def write(batch: list) -> None:
-        conn.execute(statement, [dict(zip(names, row)) for row in batch])
+        if any(convert):
+            batch = [tuple(f(v) if f and v is not None else v for f, v in zip(convert, row)) for row in batch]
+        cursor.executemany(sql, batch)
 
     yield write
+
+
+def _sqlite_datetime(value: datetime | str) -> str:
+    """A timestamp as SQLAlchemy's SQLite DATETIME stores it (UtcDateTime: in UTC, no offset);
+    a SQLite source's own text as it is."""
+    if isinstance(value, str):
+        return value
+    utc = value.astimezone(timezone.utc) if value.tzinfo else value
+    return f"{utc:%Y-%m-%d %H:%M:%S}.{utc.microsecond:06d}"
 
 
 def _reset_sequences(conn: Connection) -> None:
