@@ -10,8 +10,8 @@ new file), and proves the copy by a checksum of each table computed the same way
 - Values cross exactly: JSON as its stored text (an SQL NULL stays NULL, a JSON null stays
   null; PostgreSQL's JSONB may reorder keys, which the checksum reads past), timestamps as UTC,
   bytes as bytes. Generated columns (trials.model_name) are the target's own.
-- A table's checksum (table_digests) is an order-free sum of one SHA-256 per row over a canonical
-  encoding of its values, so it needs no ORDER BY (whose text order would differ by collation)
+- A table's checksum (table_digests) is an order-free sum of one SHA-256 per row over its texts
+  and the repr of its other values made canonical (timestamps in UTC, JSON with sorted keys), so it needs no ORDER BY (whose text order would differ by collation)
   and reads as a stream. `db check --against OTHER` compares two warehouses this way.
 
 The optional search index (SQLite's FTS tables, PostgreSQL's trigram index) is not data: build
@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, cast, func, select, text
-from sqlalchemy.types import Text
+from sqlalchemy.types import LargeBinary, String, Text
 
 from warehouse.db import models, schema
 from warehouse.db.engine import make_engine, make_read_engine, redact
@@ -61,12 +59,14 @@ def _columns(table: Table) -> list:
 
 
 def _kind(column) -> str | None:
-    """How a column's values cross: "json" (its stored text), "time" (a UTC timestamp), or as
-    the driver gives them."""
+    """How a column's values cross and are compared: "json" (its stored text), "time" (a UTC
+    timestamp), "bytes", or as the driver gives them."""
     if isinstance(column.type, Json):
         return "json"
     if isinstance(column.type, UtcDateTime):
         return "time"
+    if isinstance(column.type, LargeBinary) or isinstance(getattr(column.type, "impl", None), LargeBinary):
+        return "bytes"
     return None
 
 
@@ -84,49 +84,55 @@ def _read_statement(table: Table, dialect: str):
 
 # --- checksums ---------------------------------------------------------------------------------
 
-def _canonical(value: Any, kind: str | None) -> bytes:
-    """One value as bytes that are the same whichever backend gave it."""
-    if value is None:
-        return b"N"
-    if kind == "time" and isinstance(value, str):
+def _utc_text(value: datetime | str) -> str:
+    """A timestamp (a datetime, or SQLite's stored text) as ISO 8601 in UTC."""
+    if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    if kind == "json":
-        parsed = json.loads(value) if isinstance(value, str) else value
-        return b"j" + json.dumps(parsed, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode(
-            "utf-8", "surrogatepass")
-    if isinstance(value, bool):
-        value = int(value)
-    if isinstance(value, Decimal):
-        value = int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, int):
-        return b"i%d" % value
-    if isinstance(value, float):
-        return b"f" + (value.hex() if math.isfinite(value) else repr(value)).encode()
-    if isinstance(value, datetime):
-        utc = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
-        return b"t" + utc.isoformat().encode()
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return b"b" + bytes(value)
-    return b"s" + str(value).encode("utf-8", "surrogatepass")
+    utc = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return utc.isoformat()
 
 
-def _row_hash(row: tuple, kinds: tuple[str | None, ...]) -> int:
+def _json_text(value: Any) -> str:
+    """JSON (its text, or the value) as one canonical text: keys sorted, no spaces."""
+    parsed = json.loads(value) if isinstance(value, str) else value
+    return json.dumps(parsed, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+# What makes a value the same whichever backend gave it, by column kind. Every other column holds
+# ints, floats, texts or bytes, which both drivers give as the same Python values.
+_CANONICAL = {"time": _utc_text, "json": _json_text, "bytes": bytes}
+
+
+def _row_hash(row: tuple, fixes: list[tuple[int, Any]], texts: tuple[int, ...]) -> int:
+    """One row's SHA-256: of its texts' UTF-8, each with its length, then of the repr of its
+    other values made canonical (repr is exact for each Python type here: a float's is the
+    shortest that reads back as itself). Texts are not repr'd: a message may be megabytes."""
+    row = list(row)
+    for i, fix in fixes:
+        if row[i] is not None:
+            row[i] = fix(row[i])
     h = hashlib.sha256()
-    for value, kind in zip(row, kinds):
-        part = _canonical(value, kind)
-        h.update(b"%d:" % len(part))
-        h.update(part)
+    for i in texts:
+        value = row[i]
+        if value is not None:
+            data = value.encode("utf-8", "surrogatepass")
+            h.update(b"%d:" % len(data))
+            h.update(data)
+            row[i] = True  # present; None stays None in the repr below
+    h.update(repr(row).encode())
     return int.from_bytes(h.digest(), "big")
 
 
 def _digest_rows(batches: Iterator[list[tuple]], table: Table) -> Digest:
-    kinds = tuple(_kind(c) for c in _columns(table))
+    columns = _columns(table)
+    fixes = [(i, _CANONICAL[kind]) for i, c in enumerate(columns) if (kind := _kind(c)) in _CANONICAL]
+    texts = tuple(i for i, c in enumerate(columns) if _kind(c) is None and isinstance(c.type, String))
     total, rows = 0, 0
     for batch in batches:
         for row in batch:
-            total = (total + _row_hash(tuple(row), kinds)) % _MOD
+            total += _row_hash(row, fixes, texts)
         rows += len(batch)
-    return Digest(rows, f"{total:064x}")
+    return Digest(rows, f"{total % _MOD:064x}")
 
 
 def _batches(conn: Connection, table: Table) -> Iterator[list[tuple]]:
