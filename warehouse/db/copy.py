@@ -5,8 +5,9 @@ new file), and proves the copy by a checksum of each table computed the same way
 - The source is read in one snapshot (SQLite's read transaction; PostgreSQL's REPEATABLE READ)
   through a read-only connection, table after table, rows streamed in batches: memory is bounded
   by a batch, not the warehouse.
-- The target is written in one transaction: a copy that fails or is stopped leaves it as empty as
-  it was. Its checksums are compared before the commit.
+- The target is written in one transaction: a copy that fails or is stopped leaves no row in it
+  (an empty database keeps the schema the copy first gave it). Its checksums are compared before
+  the commit.
 - Values cross exactly: JSON as its stored text (an SQL NULL stays NULL, a JSON null stays
   null; PostgreSQL's JSONB may reorder keys, which the checksum reads past), timestamps as UTC,
   bytes as bytes. Generated columns (trials.model_name) are the target's own.
