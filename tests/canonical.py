@@ -5,7 +5,9 @@ were written in and whatever ids they got.
 Natural keys: a source is (kind, uri); a load is (its source, unit, content_hash); a run is run_key;
 a task is its name; a trial is (run_key, trial_name); an episode is (trial, trace_source,
 episode_index); a message is its content hash. Left out: ids, created_at of every table, and
-the started_at / finished_at of `loads` (when the unit happened to be written). The summary
+the started_at / finished_at of `loads` (when the unit happened to be written) and the schema
+revision its detail records (which code wrote it: a warehouse upgraded in place keeps its loads'
+older revisions, or none). The summary
 tables are dumped too, by the same keys, so they are held to the same standard.
 
 With `order_independent=True` the per-load counters that depend on which of several units
@@ -23,6 +25,17 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from warehouse.db import models
+
+def _load_detail(detail: Any) -> Any:
+    """A load's detail without the schema revision that wrote it (None once nothing else is left,
+    as loads before that revision was recorded wrote)."""
+    if isinstance(detail, str):
+        detail = json.loads(detail)
+    if not isinstance(detail, dict):
+        return detail
+    rest = {k: v for k, v in detail.items() if k != "schema_revision"}
+    return rest or None
+
 
 ORDER_DEPENDENT_LOAD_COLUMNS = ("n_episodes_new", "n_episodes_duplicate", "n_turns", "n_bytes", "n_conflicts")
 LOAD_TIMES = ("started_at", "finished_at")
@@ -92,7 +105,8 @@ def dump(engine: Engine, *, order_independent: bool = False) -> dict[str, list[s
     out: dict[str, list[dict[str, Any]]] = {}
     out["sources"] = [_drop(s, ["id", "created_at"]) for s in sources]
     skip = ["id", "source_id", *LOAD_TIMES, *(ORDER_DEPENDENT_LOAD_COLUMNS if order_independent else ())]
-    out["loads"] = [dict(_drop(ld, skip), source=source_key[ld["source_id"]]) for ld in loads]
+    out["loads"] = [dict(_drop(ld, skip), source=source_key[ld["source_id"]], detail=_load_detail(ld["detail"]))
+                    for ld in loads]
     # A run two datasets hold is named for the one loaded first (warehouse.runs): in a race, the
     # winner's name, which a sequential load cannot predict.
     out["runs"] = [_drop(r, ["id", "created_at", *(["name"] if order_independent else [])]) for r in runs]

@@ -104,14 +104,18 @@ def test_notes_wrap_at_the_terminal_width_and_stay_whole_to_a_pipe(capsys):
     note = "note: " + " ".join(f"word{i}" for i in range(40)) + " " + KEY
     os.environ["COLUMNS"] = "50"
     try:
-        echo_err(note)
+        echo_err(note, wrap=True)
+        error = "Error: " + " ".join(f"word{i}" for i in range(40))
+        echo_err(error)  # an error (or a report line) is not a note: whole on its line, to copy
+        assert capsys.readouterr().err.endswith("\n" + error + "\n")
+        echo_err(note, wrap=True)
     finally:
         os.environ.pop("COLUMNS", None)
     err = capsys.readouterr().err
     assert " ".join(err.split()) == note and err.count("\n") > 4
     # Wrapped between words, never within one (a run key stays whole to copy), nothing cut.
     assert all(len(line) <= 50 for line in err.splitlines()) and KEY in err
-    echo_err(note)  # to a pipe, COLUMNS unset: one line, as scripts read it
+    echo_err(note, wrap=True)  # to a pipe, COLUMNS unset: one line, as scripts read it
     assert capsys.readouterr().err == note + "\n"
 
 

@@ -24,6 +24,7 @@ from warehouse.db.engine import make_engine, resolve_url
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, run_canned
+from warehouse.queries.catalog import LEDGER
 from warehouse.queries.outcome import DEFAULT_NOTE as ERRORS_NOTE
 from warehouse.queries.registry import narrow
 from warehouse.runs import resolve_run, set_labels
@@ -114,7 +115,6 @@ def _answer(url: str, name: str, given: dict[str, Any], filters: Filters | None 
 
 # The ledger's queries (sources, loads) count loads, which a warehouse built from only the trials
 # selected does not share: their filters are tested in test_ledger.py.
-LEDGER = ("sources", "loads")
 ANSWERS = [name for name in QUERIES if name not in LEDGER]
 
 

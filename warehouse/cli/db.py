@@ -150,29 +150,28 @@ def check(
 
 @app.command("copy")
 def copy_command(
-    source: Annotated[str, typer.Argument(metavar="FROM", help="The warehouse to copy: a URL or a SQLite file.")],
-    target: Annotated[str, typer.Argument(
-        metavar="TO", help="An empty database (a URL), or a SQLite file, created if missing.")],
+    source: Annotated[str, typer.Argument(help="The warehouse to copy: a URL or a SQLite file.")],
+    target: Annotated[str, typer.Argument(help="An empty database (a URL), or a SQLite file, created if missing.")],
 ) -> None:
     """Copy a warehouse to another database, SQLite or PostgreSQL, every table exactly.
 
-    TO must be empty (or an empty warehouse at FROM's revision). FROM is read in one snapshot
-    and never written; TO is written in one transaction, checked table by table (rows and
-    checksums) before it commits: a copy that fails leaves TO empty. Ids, provenance,
-    conflicts, labels and summaries come across as they are. The search index is not copied:
-    `warehouse index build` on TO.
+    TARGET must be empty (or an empty warehouse at SOURCE's revision). SOURCE is read in one
+    snapshot and never written; TARGET is written in one transaction, checked table by table
+    (rows and checksums) before it commits: a copy that fails leaves no row in TARGET. Ids,
+    provenance, conflicts, labels and summaries come across as they are. The search index is
+    not copied: `warehouse index build` on TARGET.
 
     Examples:
 
     \b
       warehouse db copy warehouse.db copy.db
-      warehouse db copy warehouse.db copy.db && warehouse db check --db copy.db --against warehouse.db
+      warehouse db check --db copy.db --against warehouse.db
     """
     from warehouse.api import Warehouse
     from warehouse.db.copy import copy
 
     source_wh, target_wh = Warehouse(source), Warehouse(target)
-    source_wh.read_engine()  # a missing FROM, or one at another revision: one line, before TO is touched
+    source_wh.read_engine()  # a missing SOURCE, or one at another revision: one line, before TARGET is touched
     shown = sys.stderr.isatty()
 
     def progress(table: str, done: int, total: int) -> None:

@@ -57,13 +57,15 @@ _TAIL = 4
 _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}(:?\d{2})?)?")
 
 
-def echo_err(message: str) -> None:
+def echo_err(message: str, *, wrap: bool = False) -> None:
     """A line for the terminal on stderr (errors, notes), its control characters made visible:
-    a file name or a database's message may hold escape sequences. On a terminal (or with
-    COLUMNS set) a long line is wrapped at its width between words, its later lines indented,
-    rather than cut or broken mid-word by the terminal; to a pipe or a file it stays one line."""
+    a file name or a database's message may hold escape sequences. `wrap` (a note's prose): on a
+    terminal (or with COLUMNS set) a long line is wrapped at its width between words, its later
+    lines indented, rather than cut or broken mid-word by the terminal; to a pipe or a file it
+    stays one line. Errors and reports are not wrapped: a path or a value in them stays whole on
+    its line, to copy."""
     message = printable(message)
-    width = _note_width()
+    width = _note_width() if wrap else None
     if width and len(message) > width:
         message = "\n".join(textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False,
                                            break_on_hyphens=False) for line in message.split("\n"))

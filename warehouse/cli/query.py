@@ -163,10 +163,10 @@ def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple
                                            {**RUN_NAME_COLUMNS, **_RUNS_IN.get(query.name, {})})
         write_rows(columns, rows, format, wide=wide, keep=_KEEP.get(query.name, ()))
         for line in (result.note or "").splitlines():
-            echo_err(f"note: {line}")
+            echo_err(f"note: {line}", wrap=True)
         if query.footnote is not None and format is Format.table:
             # On stderr, so that it reaches the reader however stdout is redirected.
-            echo_err(query.footnote(wh.url, values, filters, timeout))
+            echo_err(query.footnote(wh.url, values, filters, timeout), wrap=True)
 
     command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),

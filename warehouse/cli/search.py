@@ -46,7 +46,7 @@ def search(
     wh = state(ctx).warehouse
     result = wh.search(text, run=run, task=task, role=role, limit=limit, timeout=timeout)
     if result.note:
-        echo_err(f"note: {result.note}")
+        echo_err(f"note: {result.note}", wrap=True)
     columns, rows = result.columns, result.rows
     if fmt is Format.table:  # runs by name as well as key, for people (CSV and JSON stay as they are)
         columns, rows = with_run_names(columns, rows, lambda: run_names(wh.url, timeout))

@@ -1,4 +1,4 @@
-"""One warehouse, any backend: `warehouse db copy FROM TO` copies every table, ids and all, from
+"""One warehouse, any backend: `warehouse db copy SOURCE TARGET` copies every table, ids and all, from
 one database into an empty one at the same schema revision (SQLite to PostgreSQL, back, or to a
 new file), and proves the copy by a checksum of each table computed the same way on both.
 
@@ -166,7 +166,7 @@ def snapshot(engine: Engine) -> Iterator[Connection]:
 
 
 def _check_target(engine: Engine, source_revision: str) -> None:
-    """TO must be an empty database, or an empty warehouse at the source's revision."""
+    """TARGET must be an empty database, or an empty warehouse at the source's revision."""
     where = redact(engine.url)
     revision = schema.current_revision(engine)
     if revision is None:
@@ -190,7 +190,7 @@ def copy(source_url, target_url, *, progress: Progress | None = None) -> dict[st
     schema.ensure_current(source)
     target = make_engine(target_url)
     if redact(source.url) == redact(target.url):
-        raise WarehouseError("FROM and TO are the same database")
+        raise WarehouseError("SOURCE and TARGET are the same database")
     _check_target(target, schema.head_revision())
     dialect = target.dialect.name
     # References are checked once at the end (SQLite), not per row; PostgreSQL checks its own.

@@ -47,6 +47,10 @@ BY_GROUP = Param("by", str, "run", "Group by run, model, agent or label:KEY.", c
 RUN_A = Param("a", str, None, "The first run.", required=True, names_run=True, positional=True)
 RUN_B = Param("b", str, None, "The second run.", required=True, names_run=True, positional=True)
 
+# The ledger's queries: they read `sources` and `loads` (a row per unit), which need no summary,
+# and count loads, which a warehouse of fewer trials does not share.
+LEDGER = ("sources", "loads")
+
 # Fewer shared tasks than this, and compare-test says it cannot tell.
 MIN_SHARED_TASKS = 10
 
