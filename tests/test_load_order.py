@@ -28,6 +28,7 @@ from warehouse.db.models import Conversation, ConversationTurn, Episode
 from warehouse.db.engine import make_engine, resolve_url
 from warehouse.export import export_hub
 from warehouse.queries import QUERIES, run_canned
+from warehouse.queries.catalog import LEDGER
 
 # Provenance: which unit each row came from, what it counted, and what disagreed with what
 # (a conflict names the load that brought the losing version). The rest must not depend on order.
@@ -93,6 +94,8 @@ def _state(engine, sources: dict[str, Path], out: Path) -> dict[str, list[str]]:
     dump = canonical.dump(engine, order_independent=True)
     state = {table: rows for table, rows in dump.items() if table not in PROVENANCE}
     for name, query in QUERIES.items():
+        if name in LEDGER:  # the ledger is provenance
+            continue
         result = run_canned(engine.url, query, _params(name))
         state[f"query {name}"] = [repr(row) for row in result.rows]
     out.mkdir()

@@ -165,7 +165,7 @@ def copy_command(
 
     \b
       warehouse db copy warehouse.db copy.db
-      warehouse db check --db copy.db --against warehouse.db
+      warehouse db copy team.db b.db && warehouse db check --db b.db --against team.db
     """
     from warehouse.api import Warehouse
     from warehouse.db.copy import copy

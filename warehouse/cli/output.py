@@ -216,7 +216,7 @@ def _write_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], out: IO[
         left_out = [h for i, h in enumerate(header) if i not in set(shown)]
         out.flush()  # the table first, where stdout and stderr meet (a terminal, 2>&1)
         echo_err(f"({len(left_out)} more column{'s' * (len(left_out) > 1)} not shown at this width: "
-                 f"{', '.join(left_out)}; --wide shows them, as do --format csv and json)")
+                 f"{', '.join(left_out)}; --wide shows them, as do --format csv and json)", wrap=True)
 
 
 def _fit(header: list[str], rows: list[list[tuple[str, bool]]], width: int, keep: set[int] = frozenset()

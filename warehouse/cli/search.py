@@ -54,7 +54,7 @@ def search(
     write_rows(columns, rows, fmt, wide=wide, keep=("snippet",),
                shorten={"snippet": lambda snippet, width: search_lib.snippet_within(snippet, width, text)})
     if result.truncated:
-        echo_err(f"(stopped at {limit} hits: there are more; raise --limit or narrow the search)")
+        echo_err(f"(stopped at {limit} hits: there are more; raise --limit or narrow the search)", wrap=True)
 
 
 index_app = typer.Typer(no_args_is_help=True, help="""The optional trigram index that speeds up `warehouse search`.

@@ -104,4 +104,4 @@ def sql(
         write_rows(rows.columns, rows, fmt, max_cell_bytes=max_cell_bytes, wide=wide)
         sys.stdout.flush()  # inside the time limit
     if rows.truncated:
-        echo_err(f"(stopped at {max_rows} rows: there are more; raise --max-rows or narrow the query)")
+        echo_err(f"(stopped at {max_rows} rows: there are more; raise --max-rows or narrow the query)", wrap=True)
