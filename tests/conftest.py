@@ -9,10 +9,13 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import pytest
+from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from warehouse.db import roles, schema
@@ -124,6 +127,20 @@ def fresh_warehouse(backend: str, folder, request) -> Iterator[str]:
         yield url
     else:
         yield from _fresh_pg(request.getfixturevalue("pg_template"))
+
+
+@contextmanager
+def another_warehouse(backend: str, folder: Path, request, fill: Callable[[Engine], None]) -> Iterator[str]:
+    """A further fresh warehouse beside a test's own (fresh_warehouse's, its file in `folder`),
+    filled by `fill`; a PostgreSQL one is dropped after."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextmanager(fresh_warehouse)(backend, folder, request) as url:
+        engine = make_engine(resolve_url(url))
+        try:
+            fill(engine)
+        finally:
+            engine.dispose()
+        yield url
 
 
 @pytest.fixture

@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
 import query_fixture
-from conftest import _fresh_pg
+from conftest import another_warehouse
 from query_fixture import cli
-from warehouse.db import schema
-from warehouse.db.engine import make_engine, resolve_url
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, run_canned
@@ -62,24 +58,13 @@ def whole(engine, db_url) -> str:
     return db_url
 
 
-@contextmanager
-def _restricted(backend: str, tmp_path, request, keep) -> Iterator[str]:
+def _restricted(backend: str, tmp_path, request, keep):
     """A second warehouse holding only the trials `keep` keeps."""
-    if backend == "sqlite":
-        urls: Iterator[str] = iter([f"sqlite:///{tmp_path / 'restricted.db'}"])
-    else:
-        urls = _fresh_pg(request.getfixturevalue("pg_template"))
-    url = next(urls)
-    engine = make_engine(resolve_url(url))
-    if backend == "sqlite":
-        schema.upgrade(engine)
-    query_fixture.build(engine, keep)
-    _decorate(engine)
-    engine.dispose()
-    try:
-        yield url
-    finally:
-        next(urls, None)  # drops the PostgreSQL database
+    def fill(engine) -> None:
+        query_fixture.build(engine, keep)
+        _decorate(engine)
+
+    return another_warehouse(backend, tmp_path / "restricted", request, fill)
 
 
 def _variants(name: str, runs: list[str]) -> list[dict[str, Any]]:

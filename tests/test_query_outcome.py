@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
-from conftest import _fresh_pg
+from conftest import another_warehouse
 from ingest.shape.records import Episode, Trial, Turn
 from ingest.write import writer
 from query_fixture import cli
-from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
 from warehouse.errors import WarehouseError
 from warehouse.queries import QUERIES, run_canned
@@ -61,24 +58,6 @@ def _load(engine, trials: list[Trial]) -> None:
             u.add_trials([t for t in trials if t.run_key == run])
 
 
-@contextmanager
-def _warehouse(backend: str, tmp_path, request, name: str, trials: list[Trial]) -> Iterator[str]:
-    if backend == "sqlite":
-        urls: Iterator[str] = iter([f"sqlite:///{tmp_path / f'{name}.db'}"])
-    else:
-        urls = _fresh_pg(request.getfixturevalue("pg_template"))
-    url = next(urls)
-    engine = make_engine(resolve_url(url))
-    if backend == "sqlite":
-        schema.upgrade(engine)
-    _load(engine, trials)
-    engine.dispose()
-    try:
-        yield url
-    finally:
-        next(urls, None)  # drops the PostgreSQL database
-
-
 def _given(name: str, **more: Any) -> dict[str, Any]:
     return {"a": "run-a", "b": "run-b", **more} if name in ("compare", "compare-test") else dict(more)
 
@@ -107,7 +86,7 @@ def whole(db_url, engine) -> str:
 def test_errors_exclude_answers_as_if_the_errored_trials_were_never_loaded(name, whole, backend, tmp_path, request):
     kept = [t for t in _trials() if not _errored(t)]
     assert len(kept) < len(_trials())
-    with _warehouse(backend, tmp_path, request, "kept", kept) as url:
+    with another_warehouse(backend, tmp_path / "kept", request, lambda engine: _load(engine, kept)) as url:
         for more in ({}, {"threshold": 0.5}):
             _same(_rows(whole, name, errors="exclude", **more), _rows(url, name, **more))
         # The default counts them as failed attempts: a different answer.
@@ -122,7 +101,8 @@ def _as_metric(trial: Trial, key: str) -> Trial:
 @pytest.mark.parametrize("name", QUERIED)
 @pytest.mark.parametrize("key", [KEY, ODD])
 def test_metric_answers_as_if_the_key_were_the_reward(name, key, whole, backend, tmp_path, request):
-    with _warehouse(backend, tmp_path, request, "metric", [_as_metric(t, key) for t in _trials()]) as url:
+    metric = [_as_metric(t, key) for t in _trials()]
+    with another_warehouse(backend, tmp_path / "metric", request, lambda engine: _load(engine, metric)) as url:
         for more in ({}, {"threshold": 0.25}, {"errors": "exclude"}):
             _same(_rows(whole, name, metric=key, **more), _rows(url, name, **more))
         assert _rows(whole, name, metric=key)[1] != _rows(whole, name)[1]
