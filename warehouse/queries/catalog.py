@@ -25,7 +25,8 @@ from warehouse.errors import ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import leaderboard, outcome
 from warehouse.queries.power import COLUMNS as POWER_COLUMNS, check_design, power_row
-from warehouse.queries.registry import CannedQuery, IntList, Param, Read, Rows, reads_more, run_canned, sql_file
+from warehouse.queries.registry import (CannedQuery, IntList, Param, PostProcess, Read, Rows, reads_more, run_canned,
+                                        sql_file)
 from warehouse.queries.stats import (bootstrap_counts, clustered_mean, clustered_mean_interval, clustered_rate_interval,
                                      expanded_confidence, interpolate, mcnemar_exact, pass_at_k, percentile,
                                      percentile_interval, percentile_ranks, paired_t_test)
@@ -67,7 +68,7 @@ _RUN_COLUMNS = {"run_id": "r.id"}
 
 # --- post-processing -------------------------------------------------------------------------
 
-def _as_utc(value: Any) -> datetime | None:
+def as_utc(value: Any) -> datetime | None:
     """SQLite hands back stored timestamps as text (no column types reach a raw query);
     PostgreSQL as datetimes. Both become aware UTC datetimes, so outputs match."""
     if value is None or isinstance(value, datetime):
@@ -76,16 +77,13 @@ def _as_utc(value: Any) -> datetime | None:
     return parsed.replace(tzinfo=timezone.utc) if parsed.tzinfo is None else parsed
 
 
-def _runs_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
-               ) -> tuple[list[str], Rows]:
-    dates = [columns.index("first_started"), columns.index("last_started")]
-    return columns, [tuple(_as_utc(v) if i in dates else v for i, v in enumerate(row)) for row in rows]
+def _dates_in_utc(*names: str) -> PostProcess:
+    """A post-processing that makes the timestamp columns `names` aware UTC datetimes (as_utc)."""
+    def post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read) -> tuple[list[str], Rows]:
+        dates = [columns.index(name) for name in names]
+        return columns, [tuple(as_utc(v) if i in dates else v for i, v in enumerate(row)) for row in rows]
 
-
-def _sources_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
-                  ) -> tuple[list[str], Rows]:
-    dates = [columns.index("first_load"), columns.index("last_load")]
-    return columns, [tuple(_as_utc(v) if i in dates else v for i, v in enumerate(row)) for row in rows]
+    return post
 
 
 LOADS_COLUMNS = ["load_id", "source", "unit", "content_hash", "status", "rows", "trials", "episodes_new",
@@ -105,7 +103,7 @@ def _loads_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read:
     out = []
     for row in rows:
         item = dict(zip(columns, row))
-        started, finished = _as_utc(item.pop("started_at")), _as_utc(item.pop("finished_at"))
+        started, finished = as_utc(item.pop("started_at")), as_utc(item.pop("finished_at"))
         detail = item.pop("detail")
         detail = json.loads(detail) if isinstance(detail, str) else detail
         item["started_at"] = started
@@ -447,7 +445,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         ),
         params=(THRESHOLD,),
         sql=sql_file("runs"),
-        post=_runs_post,
+        post=_dates_in_utc("first_started", "last_started"),
         summary_sql=sql_file("runs_summary"),
         filter_slots={"filters": _trial_columns("tr"), "filters_t2": _trial_columns("t2"),
                       "filters_runs": _RUN_COLUMNS},
@@ -698,7 +696,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         ),
         params=(),
         sql=sql_file("sources"),
-        post=_sources_post,
+        post=_dates_in_utc("first_load", "last_load"),
         filter_slots={"filters": _trial_columns("t")},
     ),
     CannedQuery(

@@ -56,8 +56,7 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
     app.jinja_env.autoescape = True
     app.jinja_env.filters.update(text=_text, number=_format_number, when=_format_when, seconds=_format_seconds,
                                  pct=_pct, urlpart=_urlpart)
-    app.jinja_env.globals.update(url_with=_url_with, run_url=run_url, trial_url=trial_url, title=title,
-                                 db_name=title)
+    app.jinja_env.globals.update(url_with=_url_with, run_url=run_url, trial_url=trial_url, db_name=title)
 
     @app.before_request
     def _guard():

@@ -13,8 +13,6 @@ import math
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy.engine import URL
@@ -22,10 +20,11 @@ from sqlalchemy.engine import URL
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, run_canned
+from warehouse.queries.catalog import as_utc
 from warehouse.readonly import readonly_session
 from warehouse.report import natural_key, run_titles
 from warehouse.runs import labels_of, resolve_run
-from warehouse.texts import join_text
+from warehouse.texts import join_text, json_from_db
 from warehouse.turn_parts import Part, split_turn
 
 PAGE_SIZE = 100  # trials on one page of a run
@@ -75,35 +74,19 @@ def filters_from(args: Mapping[str, Sequence[str]]) -> Filters:
     return Filters.of(**{name: v or None for name, v in values.items()})
 
 
-def _number(value: Any) -> Any:
-    """PostgreSQL's sums come as Decimals."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    return value
-
-
 def _dicts(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-    return [{c: _number(v) for c, v in zip(columns, row)} for row in rows]
+    return [dict(zip(columns, row)) for row in rows]
 
 
 def _json(value: Any) -> Any:
-    """A JSON column: SQLite gives its text, PostgreSQL the value."""
+    """A JSON column read raw: SQLite gives its text, PostgreSQL the value; either as the Json
+    column type hands it back (warehouse.texts)."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            value = json.loads(value)
         except ValueError:
             return value
-    return value
-
-
-def _when(value: Any) -> datetime | None:
-    """A timestamp column: SQLite gives its text, PostgreSQL a datetime."""
-    if value is None or isinstance(value, datetime):
-        return value
-    try:
-        return datetime.fromisoformat(str(value))
-    except ValueError:
-        return None
+    return json_from_db(value)
 
 
 # --- runs ------------------------------------------------------------------------------------
@@ -216,7 +199,7 @@ def trials_page(viewer: Viewer, run: str, filters: Filters, *, outcome: str | No
         trial["rewards"] = _json(trial["rewards"])
         if isinstance(trial["rewards"], dict):
             keys.update(dict.fromkeys(k for k in trial["rewards"] if k != "reward"))
-        started, finished = _when(trial.pop("started_at")), _when(trial.pop("finished_at"))
+        started, finished = as_utc(trial.pop("started_at")), as_utc(trial.pop("finished_at"))
         trial["started"] = started
         trial["seconds"] = (finished - started).total_seconds() if started and finished else None
     return {"run": ref, "trials": trials, "reward_keys": list(keys), "total": total, "page": page,
@@ -251,7 +234,7 @@ def query_page(viewer: Viewer, name: str, params: Mapping[str, str], filters: Fi
     # `raw`: the rows as the database gave them, for a download that must equal `warehouse
     # query NAME --format csv/json`; `rows`: as the page shows them.
     return {"query": canned, "given": given, "columns": list(result.columns), "raw": kept,
-            "rows": [[_number(v) for v in row] for row in kept],
+            "rows": [list(row) for row in kept],
             "truncated": truncated, "note": result.note, "missing": False}
 
 
@@ -413,7 +396,7 @@ def _fields(trajectory: Mapping[str, Any]) -> list[tuple[str, Any]]:
             continue
         if isinstance(value, (dict, list)):
             value = json.dumps(value, ensure_ascii=False) if key != "sources" else ", ".join(value)
-        out.append((label, _number(value)))
+        out.append((label, value))
     return out
 
 

@@ -45,7 +45,8 @@ def serve(viewer: Viewer, *, host: str, port: int, title: str, open_browser: boo
     `ready` gets the URL once the socket listens."""
     listening = _listen(host, port)
     try:
-        server = make_server(host, port, _app(viewer, host, port, title), threaded=True, fd=listening.fileno())
+        app = _HostChecked(create_app(viewer, title=title), loopback=is_loopback(host))
+        server = make_server(host, port, app, threaded=True, fd=listening.fileno())
     finally:
         listening.close()  # the server holds a duplicate of it
     bound = server.socket.getsockname()[1]
@@ -81,10 +82,6 @@ def _listen(host: str, port: int) -> socket.socket:
         listening.close()
         raise WarehouseError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     return listening
-
-
-def _app(viewer: Viewer, host: str, port: int, title: str):
-    return _HostChecked(create_app(viewer, title=title), loopback=is_loopback(host))
 
 
 class _HostChecked:
