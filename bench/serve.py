@@ -25,7 +25,11 @@ BAR_MS = 100.0
 LONG_BAR_MS = 300.0
 LONG_STEPS = 1_000
 REQUESTS_PER_REPEAT = 20  # timed requests of each page, per --repeat
-SEARCHED = "Traceback"  # the search page's needle: a text a user would look for, in some turns
+# The search page's needles, by how often they occur (tools.generate's texts): in every few
+# turns; in one text (RARE, found in the warehouse); nowhere; and two common words joined by
+# punctuation, in 107 texts: the worst shape for PostgreSQL's pg_trgm, which indexes words.
+COMMON, ABSENT, JOINED = "error", "Traceback", "installed_version"
+RARE = re.compile(r"\b[0-9a-f]{16}\b")  # a random 64-bit token of a terminal line
 _SERVING = re.compile(r" at (http://\S+/) \(read-only")
 
 
@@ -53,9 +57,17 @@ def results(data: dict[str, Path], work: Path, args) -> list[tuple[str, str, str
                 print(f"  serve: ingest {source.name} → {backend}", file=sys.stderr)
                 subprocess.run(warehouse_command("--db", url, "ingest", str(source)), check=True,
                                capture_output=True)
-            pages = _pages(url)
+            pages, searches = _pages(url)
+            serve = warehouse_command("--db", url, "serve", "--port", "0")
             print(f"  serve: {len(pages)} pages × {rounds} requests on {backend}", file=sys.stderr)
-            timed = _measure(warehouse_command("--db", url, "serve", "--port", "0"), pages, rounds)
+            timed = _measure(serve, {**pages, **{f"{label}, no index": path for label, path in searches.items()}},
+                             rounds)
+            started = time.perf_counter()
+            subprocess.run(warehouse_command("--db", url, "index", "build"), check=True, capture_output=True)
+            built = time.perf_counter() - started
+            rows.append((f"serve: warehouse index build ({backend}, math×5), whole process", f"{built:.1f} s", "",
+                         "once, before the indexed searches below"))
+            timed.update(_measure(serve, {f"{label}, indexed": path for label, path in searches.items()}, rounds))
         finally:
             if made is not None:
                 _drop_postgres(admin, made)
@@ -84,9 +96,10 @@ def _p95(values: list[float]) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def _pages(url: str) -> dict[str, str]:
+def _pages(url: str) -> tuple[dict[str, str], dict[str, str]]:
     """The pages measured, by label: their paths, built from what the warehouse holds (the
-    first run of math×5, one of its tasks and trials; the long trial's run)."""
+    first run of math×5, one of its tasks and trials; the long trial's run); and the searches,
+    measured without and with the index."""
     from warehouse.readonly import run_readonly
     from warehouse.serve.app import run_url, trial_url
 
@@ -97,6 +110,8 @@ def _pages(url: str) -> dict[str, str]:
     trial, task = one("SELECT t.trial_name, k.name FROM trials t JOIN runs r ON r.id = t.run_id "
                       "JOIN tasks k ON k.id = t.task_id WHERE r.run_key = :run ORDER BY t.trial_name LIMIT 1",
                       run=run)
+    (text,) = one("SELECT content FROM messages WHERE content LIKE '% 0.______ %' ORDER BY id LIMIT 1")
+    rare = RARE.search(text).group(0)
     long_run, long_trial = one("SELECT r.run_key, t.trial_name FROM trials t JOIN runs r ON r.id = t.run_id "
                                "WHERE r.run_key LIKE 'long-%' LIMIT 1")
     return {
@@ -108,10 +123,10 @@ def _pages(url: str) -> dict[str, str]:
         "solve matrix": "/matrix",
         "query pass-rate": "/query/pass-rate",
         "query leaderboard": "/query/leaderboard",
-        f"search {SEARCHED!r}": f"/search?q={SEARCHED}",
         "trial page": trial_url(run, trial),
         f"trial of {LONG_STEPS:,} turns": trial_url(long_run, long_trial),
-    }
+    }, {f"search {label} {needle!r}": f"/search?q={needle}"
+        for label, needle in (("common", COMMON), ("rare", rare), ("absent", ABSENT), ("joined words", JOINED))}
 
 
 def _measure(command: list[str], pages: dict[str, str],

@@ -69,6 +69,66 @@ def test_index_and_scan_agree(url, engine):
     assert len(scanned["done"]) == 19  # 18 trials with the default episode, and the ÉCOLE turn
 
 
+# The ways search finds hits (see warehouse.search.CANDIDATES), each forced on the fixture: the
+# texts listed then every hit at once; trials walked in order, every text tested (the texts too
+# many to list); trials walked, the listed texts' turns (their uses too many to order at once);
+# batches of one trial, so that a page ends inside a run and a walk crosses runs.
+STRATEGIES = {
+    "default": {},
+    "walk, every text tested": {"CANDIDATES": 0, "FIRST_BATCH": 1, "LAST_BATCH": 2},
+    "walk, listed texts": {"CANDIDATE_USES": 0, "FIRST_BATCH": 1, "LAST_BATCH": 3},
+    "listed at once": {"FIRST_BATCH": 1, "LAST_BATCH": 1},
+}
+
+
+def _reference(engine, needle: str, run=None, task=None, role=None) -> list[tuple]:
+    """Every hit, found the plain way: each episode's turns read whole through the turns view,
+    tested in Python, a turn kept at the first episode holding it, then sorted."""
+    fold = search_lib._ASCII_FOLD
+    folded = needle.translate(fold)
+    with engine.connect() as conn:
+        turns = conn.execute(text("""
+            SELECT r.run_key, tr.trial_name, e.trace_source, e.episode_index, t.idx, t.role, t.message_id,
+                   m.content, tk.name
+            FROM turns t JOIN episodes e ON e.id = t.episode_id JOIN trials tr ON tr.id = e.trial_id
+            JOIN runs r ON r.id = tr.run_id LEFT JOIN tasks tk ON tk.id = tr.task_id
+            JOIN messages m ON m.id = t.message_id""")).all()
+        verifiers = conn.execute(text("""
+            SELECT r.run_key, tr.trial_name, tr.verifier_output, tk.name FROM trials tr
+            JOIN runs r ON r.id = tr.run_id LEFT JOIN tasks tk ON tk.id = tr.task_id""")).all()
+    first: dict[tuple, int] = {}
+    for run_key, trial, source, episode, idx, turn_role, message, content, task_name in turns:
+        if (folded in content.translate(fold) and run in (None, run_key) and task in (None, task_name)
+                and role in (None, turn_role)):
+            key = (run_key, trial, source, idx, turn_role, message)
+            first[key] = min(episode, first.get(key, episode))
+    hits = [(k[0], k[1], 0, k[2], episode, k[3], k[4]) for k, episode in first.items()]
+    if role in (None, search_lib.VERIFIER):
+        hits += [(run_key, trial, 1, "", -1, -1, search_lib.VERIFIER) for run_key, trial, output, task_name
+                 in verifiers if output and folded in output.translate(fold) and run in (None, run_key)
+                 and task in (None, task_name)]
+    hits.sort()
+    return [(h[0], h[1], h[3] if h[2] == 0 else None, h[4] if h[2] == 0 else None, h[5] if h[2] == 0 else None,
+             h[6]) for h in hits]
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["scan", "index"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_way_of_finding_hits_gives_the_plain_answer(url, engine, indexed, strategy, monkeypatch):
+    for name, value in STRATEGIES[strategy].items():
+        monkeypatch.setattr(search_lib, name, value)
+    if indexed:
+        build_index(engine)
+    searches = [("e", {}), ("done", {}), ("error", {}), ("ERROR", {"role": "assistant"}), ("do", {"run": "run-c"}),
+                ("e", {"task": "task1"}), ("e", {"role": "verifier"}), ("no such text", {}), ("Déjà", {})]
+    for needle, filters in searches:
+        expected = _reference(engine, needle, **filters)
+        for limit in (1, 2, 3, 5, 8, 13, 1000):
+            found = search(url, needle, limit=limit, **filters)
+            assert [row[:6] for row in found.rows] == expected[:limit], (needle, filters, limit)
+            assert found.truncated == (len(expected) > limit), (needle, filters, limit)
+
+
 def _add_late_message(engine, text: str, key: str) -> None:
     source = writer.ensure_source(engine, "parquet", f"/fixture/{key}", key)
     with writer.unit(engine, source, f"unit-{key}", f"hash-{key}") as u:

@@ -5,9 +5,9 @@ SQLite's LIKE does): `Error` finds `ERROR` and `error`, but `É` finds only `É`
 test is the same on both backends and with or without the index; an index only narrows the
 candidate rows before it, so a search gives the same hits either way.
 
-Without an index the search scans the distinct message texts (content addressing keeps the
-`messages` table far smaller than `turns`) and joins the matching ones to the turns that use
-them; verifier output (one text per trial) is always scanned.
+Hits come in the order of run key and trial name, and a search reads only what its page needs
+(see CANDIDATES below). Without an index, a rare needle means reading every distinct message
+text once (content addressing keeps the `messages` table far smaller than `turns`).
 
 `warehouse index build` adds the index:
 - SQLite: an FTS5 table with the trigram tokenizer over messages(id, content), with external
@@ -18,13 +18,16 @@ them; verifier output (one text per trial) is always scanned.
   indexes just the newer messages. Needles shorter than 3 characters (a trigram) scan.
 - PostgreSQL: the pg_trgm extension and a GIN trigram index on messages.content, which
   PostgreSQL keeps current on every insert (ingest gets slower, as with any index) and its
-  planner uses for the ILIKE below when that pays.
+  planner uses for the ILIKE below when that pays; and one on trials' verifier output.
+  pg_trgm takes trigrams of words (letters and digits) alone, so a needle that joins common
+  words with punctuation (`installed_version`) still reads every text holding both words.
 The index's objects are created at run time, not by migrations, and their names start with
 `search_`.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from dataclasses import dataclass
@@ -38,7 +41,7 @@ from warehouse.db.session import write_transaction
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters, has_wildcard
-from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, readonly_session, run_readonly
+from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, ReadSession, readonly_session
 from warehouse.runs import resolve_run
 from warehouse.texts import split_text
 
@@ -47,13 +50,13 @@ FTS_TABLE = "search_fts_messages"
 # the index reaches.
 FTS_DOCSIZE = f"{FTS_TABLE}_docsize"
 PG_INDEX = "search_trgm_messages"
+PG_VERIFIER_INDEX = "search_trgm_verifier_output"
 MIN_INDEXED_LENGTH = 3
 VERIFIER = "verifier"  # the role under which verifier output is reported and filtered
 COLUMNS = ["run_key", "trial_name", "trace_source", "episode", "turn", "role", "snippet"]
 CONTEXT_CHARS = 60  # snippet characters on each side of the hit
 
-_UPPER, _LOWER = string.ascii_uppercase, string.ascii_lowercase
-_ASCII_FOLD = str.maketrans(_UPPER, _LOWER)
+_ASCII_FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 # The exact test and the hit's position, per backend; {col} is the text column. Both fold
 # ASCII letters only, so the backends agree.
@@ -61,13 +64,13 @@ _CONTAINS = {
     # SQLite's LIKE folds exactly A-Z.
     "sqlite": "{col} LIKE :pattern ESCAPE '\\'",
     # ILIKE is what a trigram index can serve, but it may fold more than ASCII (by locale);
-    # strpos over translate() is the exact test.
-    "postgresql": f"({{col}} ILIKE :pattern ESCAPE '\\' "
-                  f"AND strpos(translate({{col}}, '{_UPPER}', '{_LOWER}'), :needle) > 0)",
+    # lower() under the "C" collation folds A-Z alone, which makes strpos over it the exact
+    # test (and a fast one: translate() takes a hundred times as long on long texts).
+    "postgresql": "({col} ILIKE :pattern ESCAPE '\\' AND strpos(lower({col} COLLATE \"C\"), :needle) > 0)",
 }
 _POSITION = {
     "sqlite": "instr(lower({col}), :needle)",  # SQLite's lower() folds ASCII only
-    "postgresql": f"strpos(translate({{col}}, '{_UPPER}', '{_LOWER}'), :needle)",
+    "postgresql": "strpos(lower({col} COLLATE \"C\"), :needle)",
 }
 
 
@@ -79,11 +82,28 @@ class SearchResult(ReadResult):
     note: str | None = None  # e.g. how many messages the index did not cover yet
 
 
+# How the hits are found (the answer is the same either way; only its cost differs). The
+# trials are walked in the answer's order (run key, trial name), each batch's turns tested
+# against their texts, until the limit is met: a common needle costs what the page shows, not
+# what the warehouse holds. When the hits so far say that the rest of the page would take more
+# than LAST_BATCH trials, the needle is rare, and the texts holding it are listed (through the
+# index where there is one), up to CANDIDATES of each kind. When both lists are complete and
+# the turns using those messages are at most CANDIDATE_USES, every hit is found from them at
+# once, then ordered: the cost follows the hits. Otherwise the walk goes on, testing turns
+# against the lists that are complete. A needle that is rare but whose texts are too many to
+# list costs the most; the time limit bounds it.
+CANDIDATES = 250
+CANDIDATE_USES = 20_000
+FIRST_BATCH, LAST_BATCH = 32, 8_192
+
+
 def search(url: URL | str, text: str, *, run: str | None = None, task: str | None = None,
            role: str | None = None, limit: int = 50, timeout: float = DEFAULT_TIMEOUT) -> SearchResult:
     """Turns whose text contains `text`, and trials whose verifier output does: one row per
     distinct turn (a turn repeated by later episodes of the same trial, as exports of every
-    episode do, is reported once, at the shortest episode holding it), with a snippet."""
+    episode do, is reported once, at the shortest episode holding it), with a snippet; in the
+    order of run key, trial name, then the trial's verifier output after its turns, by trace
+    source, episode and turn."""
     if isinstance(url, str):
         url = resolve_url(url)
     if not text:
@@ -92,87 +112,211 @@ def search(url: URL | str, text: str, *, run: str | None = None, task: str | Non
         raise WarehouseError("--limit must be at least 1")
     backend = url.get_backend_name()
     needle = split_text(text)[0]  # stored texts hold U+FFFD where the input had NUL
-    folded = needle.translate(_ASCII_FOLD)
-    index = index_status(url, timeout=timeout)
-    use_fts = backend == "sqlite" and index.present and len(needle) >= MIN_INDEXED_LENGTH
-    note = None
-    if use_fts and index.unindexed:
-        plural = "s" if index.unindexed != 1 else ""
-        note = (f"{index.unindexed} message{plural} arrived after the last `warehouse index build` "
-                "and were searched without the index; run it again to index them")
-
-    if run is not None or task is not None:
-        with readonly_session(url, timeout=timeout) as session:
-            if run is not None:  # a key, a unique prefix, a name; an unknown one is an error, not no hits
-                run = resolve_run(session.connection, run).run_key
+    with readonly_session(url, timeout=timeout, own_text=True) as session:
+        index = _index_status(session, backend)
+        use_fts = backend == "sqlite" and index.present and len(needle) >= MIN_INDEXED_LENGTH
+        notes = []
+        if use_fts and index.unindexed:
+            plural = "s" if index.unindexed != 1 else ""
+            notes.append(f"{index.unindexed} message{plural} arrived after the last `warehouse index build` "
+                         "and were searched without the index; run it again to index them")
+        if run is not None:  # a key, a unique prefix, a name; an unknown one is an error, not no hits
+            run = resolve_run(session.connection, run).run_key
+        if task is not None and not has_wildcard(task):
             # A task no task is named (--task is a name here, not a glob): said beside the hits.
-            missing = None if task is None or has_wildcard(task) else Filters.of(task=task).unmatched(
-                session.connection)
-            note = "; ".join(filter(None, (note, missing))) or None
-    params = {"pattern": "%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%", "needle": folded,
-              "run": run, "task": task, "role": role,
-              "limit": limit + 1,  # one more than shown, to know whether there are more
-              "phrase": '"' + needle.replace('"', '""') + '"', "indexed_through": index.indexed_through}
-    hits = run_readonly(url, _hits_sql(backend, use_fts, run, task, role), params,
-                        timeout=timeout, max_rows=limit)
-    snippets = _snippets(url, backend, hits.rows, folded, len(needle), timeout)
-    rows = [(*row[:6], snippets.get((row[6], row[7]))) for row in hits.rows]
-    return SearchResult(COLUMNS, rows, hits.truncated,
-                        via_index=use_fts or (backend == "postgresql" and index.present), note=note)
+            notes.append(Filters.of(task=task).unmatched(session.connection))
+        finder = _Finder(session, backend, needle, use_fts=use_fts, indexed_through=index.indexed_through,
+                         run=run, task=task, role=role)
+        rows = finder.first(limit + 1)  # one more than shown, to know whether there are more
+        truncated = len(rows) > limit
+        rows = rows[:limit]
+        snippets = _snippets(session, backend, rows, finder.folded, len(needle))
+    rows = [(*row[:6], snippets.get((row[6], row[7]))) for row in rows]
+    return SearchResult(COLUMNS, rows, truncated, via_index=use_fts or (backend == "postgresql" and index.present),
+                        note="; ".join(filter(None, notes)) or None)
 
 
-def _hits_sql(backend: str, use_fts: bool, run: str | None, task: str | None, role: str | None) -> str:
-    filters = "".join([" AND r.run_key = :run" if run is not None else "",
-                       " AND tk.name = :task" if task is not None else ""])
-    contains = _CONTAINS[backend]
-    # Each hit says where to cut its snippet from: kind 0 is a turn (ref: its message id),
-    # kind 1 a trial's verifier output (ref: the trial id).
-    branches = []
-    if role != VERIFIER:
-        exact = contains.format(col="m.content")
-        messages = f"SELECT m.id FROM messages m WHERE {exact}"
-        if use_fts:
+class _Finder:
+    """The hits of one search, found in the answer's order (see CANDIDATES)."""
+
+    def __init__(self, session: ReadSession, backend: str, needle: str, *, use_fts: bool, indexed_through: int,
+                 run: str | None, task: str | None, role: str | None):
+        self.session, self.backend, self.use_fts = session, backend, use_fts
+        self.run, self.task, self.role = run, task, role
+        self.folded = needle.translate(_ASCII_FOLD)
+        self.params = {"pattern": "%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%", "needle": self.folded,
+                       "run": run, "task": task, "role": role,
+                       "phrase": '"' + needle.replace('"', '""') + '"', "indexed_through": indexed_through}
+        self.filters = "".join([" AND r.run_key = :run" if run is not None else "",
+                                " AND tk.name = :task" if task is not None else ""])
+
+    def first(self, wanted: int) -> list[tuple]:
+        """The first `wanted` hits."""
+        walk = _TrialsInOrder(self.session, self.run, self.task)
+        # A common needle fills the page from the first trials, every text tested.
+        rows = self._hits(None, None, walk.take(FIRST_BATCH), wanted)
+        messages = verifiers = None  # every text is to be tested, until the texts holding it are listed
+        listed = False
+        while len(rows) < wanted and not walk.done:
+            # As many trials as the hits so far say the rest of the page needs, and half again.
+            rate = len(rows) / walk.taken
+            size = math.ceil(1.5 * (wanted - len(rows)) / rate) if rate else math.inf
+            if size > LAST_BATCH and not listed:  # a rare needle: are its texts few?
+                listed = True
+                messages = self._matching_messages() if self.role != VERIFIER else []
+                verifiers = self._matching_verifiers() if self.role in (None, VERIFIER) else []
+                if messages is not None and verifiers is not None and self._uses(messages) <= CANDIDATE_USES:
+                    return self._hits(messages, verifiers, None, wanted)
+            batch = walk.take(max(FIRST_BATCH, min(size, 4 * walk.taken, LAST_BATCH)))
+            rows += self._hits(messages, verifiers, batch, wanted - len(rows))
+        return rows
+
+    def _fetch(self, sql: str, max_rows: int | None = None) -> list[tuple]:
+        return self.session.fetch(sql, self.params, max_rows=max_rows).rows
+
+    def _matching_messages(self) -> list[int] | None:
+        """The messages holding the needle, or None when there are more than CANDIDATES."""
+        exact = _CONTAINS[self.backend].format(col="m.content")
+        sql = f"SELECT m.id FROM messages m WHERE {exact}"
+        if self.use_fts:
             # The index narrows the messages it covers to candidates (it folds case more widely
             # than the exact test, which then decides); the messages it does not cover yet are
             # scanned. Together: the hits of a full scan.
-            messages = (f"SELECT m.id FROM messages m WHERE m.id IN (SELECT rowid FROM {FTS_TABLE} "
-                        f"WHERE {FTS_TABLE} MATCH :phrase) AND {exact} "
-                        f"UNION ALL SELECT m.id FROM messages m WHERE m.id > :indexed_through AND {exact}")
-        role_filter = " AND t.role = :role" if role is not None else ""
-        # A hit turn is a turn of a conversation; it is reported at the shortest episode that
-        # holds it (the first of a trajectory's to reach it), found by the index on episodes'
-        # (conversation_id, n_turns) in one step, not by reading every episode of the
-        # conversation. The same turn in several conversations of a trial is reported once.
-        branches.append(f"""
-            SELECT r.run_key AS run_key, tr.trial_name AS trial_name, e.trace_source AS trace_source,
-                   min(e.episode_index) AS episode, h.idx AS turn, h.role AS role,
-                   0 AS kind, h.message_id AS ref
-            FROM (SELECT t.idx, t.role, t.message_id,
-                         (SELECT s.id FROM episodes s
-                          WHERE s.conversation_id = t.conversation_id AND s.n_turns > t.idx
-                          ORDER BY s.n_turns, s.episode_index LIMIT 1) AS episode_id
-                  FROM conversation_turns t
-                  WHERE t.message_id IN ({messages}){role_filter}) h
-            JOIN episodes e ON e.id = h.episode_id
-            JOIN trials tr ON tr.id = e.trial_id
-            JOIN runs r ON r.id = tr.run_id
-            LEFT JOIN tasks tk ON tk.id = tr.task_id
-            WHERE 1 = 1{filters}
-            GROUP BY r.run_key, tr.trial_name, e.trace_source, h.idx, h.role, h.message_id""")
-    if role is None or role == VERIFIER:
-        branches.append(f"""
-            SELECT r.run_key AS run_key, tr.trial_name AS trial_name, NULL AS trace_source,
-                   NULL AS episode, NULL AS turn, '{VERIFIER}' AS role, 1 AS kind, tr.id AS ref
-            FROM trials tr
-            JOIN runs r ON r.id = tr.run_id
-            LEFT JOIN tasks tk ON tk.id = tr.task_id
-            WHERE {contains.format(col="tr.verifier_output")}{filters}""")
-    return ("\nUNION ALL\n".join(branches)
-            + "\nORDER BY run_key, trial_name, kind, trace_source, episode, turn\nLIMIT :limit")
+            sql = (f"SELECT m.id FROM messages m WHERE m.id IN (SELECT rowid FROM {FTS_TABLE} "
+                   f"WHERE {FTS_TABLE} MATCH :phrase) AND {exact} "
+                   f"UNION ALL SELECT m.id FROM messages m WHERE m.id > :indexed_through AND {exact}")
+        return self._listed(sql)
+
+    def _matching_verifiers(self) -> list[int] | None:
+        """The trials whose verifier output holds the needle, or None when more than CANDIDATES."""
+        return self._listed(f"SELECT tr.id FROM trials tr JOIN runs r ON r.id = tr.run_id "
+                            f"LEFT JOIN tasks tk ON tk.id = tr.task_id "
+                            f"WHERE {_CONTAINS[self.backend].format(col='tr.verifier_output')}{self.filters}")
+
+    def _listed(self, sql: str) -> list[int] | None:
+        rows = self._fetch(f"{sql} LIMIT {CANDIDATES + 1}")
+        return None if len(rows) > CANDIDATES else [int(row[0]) for row in rows]
+
+    def _uses(self, messages: list[int]) -> int:
+        if not messages:
+            return 0
+        return self._fetch(f"SELECT count(*) FROM (SELECT 1 FROM conversation_turns "
+                           f"WHERE {_in('message_id', messages)} LIMIT {CANDIDATE_USES + 1}) used")[0][0]
+
+    def _hits(self, messages: list[int] | None, verifiers: list[int] | None, trials: list[int] | None,
+              wanted: int) -> list[tuple]:
+        """The first `wanted` hits among `trials` (None: all), in the answer's order. A list
+        of messages or verifier outputs is the texts that hold the needle; None, that every
+        text is to be tested."""
+        if trials == [] or wanted < 1:
+            return []
+        batch, branches = "", []
+        if trials is not None:
+            # The batch's turns are read first, each tested against its message one by one: a
+            # planner that misjudges how many texts hold the needle (PostgreSQL's, with the
+            # trigram index) would otherwise start from those texts, every one of them.
+            test = (_in("t.message_id", messages) if messages is not None
+                    else f"(SELECT 1 FROM messages m WHERE m.id = t.message_id AND "
+                         f"{_CONTAINS[self.backend].format(col='m.content')}) = 1")
+            batch = (f"WITH batch AS MATERIALIZED (SELECT t.*, CASE WHEN {test} THEN 1 ELSE 0 END AS hit "
+                     f"FROM conversations c JOIN conversation_turns t ON t.conversation_id = c.id "
+                     f"WHERE {_in('c.trial_id', trials)})\n")
+        if self.role != VERIFIER and messages != []:
+            where = (" AND t.hit = 1" if batch else f" AND {_in('t.message_id', messages)}")
+            branches.append(_turn_hits(turns="batch" if batch else "conversation_turns",
+                                       where=where + (" AND t.role = :role" if self.role is not None else ""),
+                                       filters=self.filters))
+        if self.role in (None, VERIFIER) and verifiers != []:
+            test = (_in("tr.id", verifiers) if verifiers is not None
+                    else _CONTAINS[self.backend].format(col="tr.verifier_output"))
+            within = f" AND {_in('tr.id', trials)}" if trials is not None else ""
+            branches.append(_verifier_hits(test + within + self.filters))
+        if not branches:
+            return []
+        return self._fetch(batch + "\nUNION ALL\n".join(branches)
+                           + f"\nORDER BY run_key, trial_name, kind, trace_source, episode, turn LIMIT {int(wanted)}")
 
 
-def _snippets(url: URL, backend: str, rows: list[tuple], folded: str, length: int,
-              timeout: float) -> dict[tuple[int, int], str]:
+class _TrialsInOrder:
+    """The trials (of the run and task searched) in the answer's order, taken in batches. A
+    run's trials come by the unique index on (run, trial name): no sort."""
+
+    def __init__(self, session: ReadSession, run: str | None, task: str | None):
+        self.session, self.task = session, task
+        self.runs = [row[0] for row in session.fetch(
+            "SELECT r.id FROM runs r" + (" WHERE r.run_key = :run" if run is not None else "") + " ORDER BY r.run_key",
+            {"run": run}, max_rows=None).rows]
+        self.after: str | None = None  # the last trial name taken from runs[0]
+        self.taken = 0
+
+    @property
+    def done(self) -> bool:
+        return not self.runs
+
+    def take(self, size: int) -> list[int]:
+        """The next `size` trials' ids (fewer at the end)."""
+        ids: list[int] = []
+        while self.runs and len(ids) < size:
+            wanted = size - len(ids)
+            rows = self.session.fetch(
+                "SELECT tr.id, tr.trial_name FROM trials tr LEFT JOIN tasks tk ON tk.id = tr.task_id "
+                f"WHERE tr.run_id = {int(self.runs[0])}"
+                + (" AND tr.trial_name > :after" if self.after is not None else "")
+                + (" AND tk.name = :task" if self.task is not None else "")
+                + f" ORDER BY tr.trial_name LIMIT {int(wanted)}",
+                {"after": self.after, "task": self.task}, max_rows=None).rows
+            ids += [int(row[0]) for row in rows]
+            if len(rows) < wanted:
+                self.runs.pop(0)
+                self.after = None
+            else:
+                self.after = rows[-1][1]
+        self.taken += len(ids)
+        return ids
+
+
+def _in(column: str, ids: list[int]) -> str:
+    """`column` is one of `ids` (read from the database, written into the statement)."""
+    return f"{column} IN ({', '.join(str(int(i)) for i in ids)})" if ids else "1 = 0"
+
+
+def _turn_hits(*, turns: str, where: str, filters: str) -> str:
+    # Each hit says where to cut its snippet from: kind 0 is a turn (ref: its message id),
+    # kind 1 a trial's verifier output (ref: the trial id).
+    # A hit turn is a turn of a conversation; it is reported at the shortest episode that
+    # holds it (the first of a trajectory's to reach it), found by the index on episodes'
+    # (conversation_id, n_turns) in one step, not by reading every episode of the
+    # conversation. The same turn in several conversations of a trial is reported once.
+    return f"""
+        SELECT r.run_key AS run_key, tr.trial_name AS trial_name, e.trace_source AS trace_source,
+               min(e.episode_index) AS episode, h.idx AS turn, h.role AS role,
+               0 AS kind, h.message_id AS ref
+        FROM (SELECT t.idx, t.role, t.message_id,
+                     (SELECT s.id FROM episodes s
+                      WHERE s.conversation_id = t.conversation_id AND s.n_turns > t.idx
+                      ORDER BY s.n_turns, s.episode_index LIMIT 1) AS episode_id
+              FROM {turns} t
+              WHERE 1 = 1{where}) h
+        JOIN episodes e ON e.id = h.episode_id
+        JOIN trials tr ON tr.id = e.trial_id
+        JOIN runs r ON r.id = tr.run_id
+        LEFT JOIN tasks tk ON tk.id = tr.task_id
+        WHERE 1 = 1{filters}
+        GROUP BY r.run_key, tr.trial_name, e.trace_source, h.idx, h.role, h.message_id"""
+
+
+def _verifier_hits(where: str) -> str:
+    return f"""
+        SELECT r.run_key AS run_key, tr.trial_name AS trial_name, NULL AS trace_source,
+               NULL AS episode, NULL AS turn, '{VERIFIER}' AS role, 1 AS kind, tr.id AS ref
+        FROM trials tr
+        JOIN runs r ON r.id = tr.run_id
+        LEFT JOIN tasks tk ON tk.id = tr.task_id
+        WHERE {where}"""
+
+
+def _snippets(session: ReadSession, backend: str, rows: list[tuple], folded: str,
+              length: int) -> dict[tuple[int, int], str]:
     """The text around the first hit, for each (kind, ref) in rows, cut out by the database
     so a 50 MB message never travels whole."""
     out: dict[tuple[int, int], str] = {}
@@ -185,11 +329,10 @@ def _snippets(url: URL, backend: str, rows: list[tuple], folded: str, length: in
             FROM (SELECT id, {column} AS body, pos,
                          CASE WHEN pos > :before THEN pos - :before ELSE 1 END AS start
                   FROM (SELECT id, {column}, {_POSITION[backend].format(col=column)} AS pos
-                        FROM {table} WHERE id IN ({", ".join(map(str, ids))})) located) windowed"""
+                        FROM {table} WHERE {_in('id', ids)}) located) windowed"""
         # One character more than the snippet shows, to know whether the text goes on.
-        found = run_readonly(url, sql, {"needle": folded, "before": CONTEXT_CHARS,
-                                        "width": 2 * CONTEXT_CHARS + length + 1},
-                             timeout=timeout, max_rows=None)
+        found = session.fetch(sql, {"needle": folded, "before": CONTEXT_CHARS,
+                                    "width": 2 * CONTEXT_CHARS + length + 1}, max_rows=None)
         for ref, pos, excerpt, start in found.rows:
             out[(kind, ref)] = _snippet(excerpt or "", pos - start, start > 1, length)
     return out
@@ -239,18 +382,20 @@ class IndexStatus:
 def index_status(url: URL | str, *, timeout: float = DEFAULT_TIMEOUT) -> IndexStatus:
     if isinstance(url, str):
         url = resolve_url(url)
-    if url.get_backend_name() == "postgresql":
-        found = run_readonly(url, "SELECT count(*) FROM pg_indexes WHERE indexname = :name",
-                             {"name": PG_INDEX}, timeout=timeout, max_rows=1)
+    with readonly_session(url, timeout=timeout, own_text=True) as session:
+        return _index_status(session, url.get_backend_name())
+
+
+def _index_status(session: ReadSession, backend: str) -> IndexStatus:
+    if backend == "postgresql":
+        found = session.fetch("SELECT count(*) FROM pg_indexes WHERE indexname = :name", {"name": PG_INDEX})
         return IndexStatus(present=bool(found.rows[0][0]))
-    found = run_readonly(url, "SELECT count(*) FROM sqlite_master WHERE name = :name",
-                         {"name": FTS_TABLE}, timeout=timeout, max_rows=1)
+    found = session.fetch("SELECT count(*) FROM sqlite_master WHERE name = :name", {"name": FTS_TABLE})
     if not found.rows[0][0]:
         return IndexStatus(present=False)
-    reach = run_readonly(url, f"""
+    reach = session.fetch(f"""
         SELECT through, (SELECT count(*) FROM messages WHERE id > through)
-        FROM (SELECT coalesce(max(id), 0) AS through FROM {FTS_DOCSIZE}) coverage""",
-                         timeout=timeout, max_rows=1)
+        FROM (SELECT coalesce(max(id), 0) AS through FROM {FTS_DOCSIZE}) coverage""")
     through, unindexed = reach.rows[0]
     return IndexStatus(present=True, indexed_through=through, unindexed=unindexed)
 
@@ -274,6 +419,8 @@ def build_index(engine: Engine) -> None:
             conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
             conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {PG_INDEX} ON messages "
                                  "USING gin (content gin_trgm_ops)")
+            conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {PG_VERIFIER_INDEX} ON trials "
+                                 "USING gin (verifier_output gin_trgm_ops)")
 
 
 def drop_index(engine: Engine) -> None:
@@ -283,3 +430,4 @@ def drop_index(engine: Engine) -> None:
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {FTS_TABLE}")
         else:
             conn.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_INDEX}")
+            conn.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_VERIFIER_INDEX}")
