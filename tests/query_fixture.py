@@ -22,6 +22,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from ingest.shape.records import Episode, Trial, Turn
@@ -100,10 +101,23 @@ def build(engine, keep: Callable[[Trial], bool] = lambda trial: True) -> None:
     # The same run-a trial again, from a second source: provenance only, no new rows.
     for source, unit, trials in ((source_a, "unit-a", a_trials), (source_a, "unit-c", run_c()),
                                  (source_b, "unit-b", run_b() + [a_trials[0]])):
-        kept = [trial for trial in trials if keep(trial)]
+        kept = [trial for trial in _numbered(trials) if keep(trial)]
         if kept:
             with writer.unit(engine, source, unit, f"hash-{unit[-1]}") as u:
                 u.add_trials(kept)
+
+
+def _numbered(trials: list[Trial]) -> list[Trial]:
+    """The trials with each episode's row number in its unit as the writer numbers a whole
+    unit's rows (in order, from 0), so that a unit of fewer trials keeps the others' numbers."""
+    number, out = 0, []
+    for trial in trials:
+        episodes = []
+        for episode in trial.episodes:
+            episodes.append(replace(episode, row_number=number))
+            number += 1
+        out.append(replace(trial, episodes=episodes))
+    return out
 
 
 def cli(db_url: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -54,6 +54,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("runs",): [],
     ("runs", "rename"): [RUN_A, "baseline"],
     ("runs", "label"): [RUN_A, "step=1"],
+    ("runs", "delete"): [RUN_A, "--yes"],
     ("report",): ["{out}.html"],
 }
 

@@ -32,7 +32,7 @@ import re
 import string
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import OperationalError
 
@@ -421,6 +421,19 @@ def build_index(engine: Engine) -> None:
                                  "USING gin (content gin_trgm_ops)")
             conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {PG_VERIFIER_INDEX} ON trials "
                                  "USING gin (verifier_output gin_trgm_ops)")
+
+
+def forget_messages(conn: Connection, ids: list[int]) -> None:
+    """Take messages about to be deleted out of SQLite's FTS index, inside the deleting
+    transaction: SQLite may give a later message a deleted one's id, which the index would
+    then take for indexed with the old text. (PostgreSQL's index follows its table.)"""
+    if conn.dialect.name != "sqlite" or not ids or not conn.exec_driver_sql(
+            "SELECT count(*) FROM sqlite_master WHERE name = ?", (FTS_TABLE,)).scalar():
+        return
+    # With external content, an entry is deleted by giving the text it was indexed with; only
+    # an indexed id may be (deleting one the index never held corrupts it).
+    conn.exec_driver_sql(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}, rowid, content) SELECT 'delete', id, content "
+                         f"FROM messages WHERE {_in('id', ids)} AND id IN (SELECT id FROM {FTS_DOCSIZE})")
 
 
 def drop_index(engine: Engine) -> None:

@@ -26,10 +26,11 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Connection, delete, exists, select
+from sqlalchemy import Connection, delete, exists, func, select
 
 from ingest.write import bulk
 from warehouse.db import models
+from warehouse.search import forget_messages
 
 _TRIALS, _RUNS, _TASKS = models.Trial.__table__, models.Run.__table__, models.Task.__table__
 _EPISODES, _MESSAGES = models.Episode.__table__, models.Message.__table__
@@ -93,8 +94,88 @@ def remove_trials(conn: Connection, trials: list[Deleted]) -> set[tuple[int, int
     holds its one trial), their lengths, the run's sources they alone stood for, and the
     messages nothing else refers to. The (run, task) keys they were under, for the caller to
     have summarized again (summaries.refresh's left keys) and to drop their tasks if unused."""
-    trial_ids = [t.trial_id for t in trials]
     load_ids = sorted({load[0] for t in trials for load in t.loads})
+    run_sources = {(run_id, source_id) for ids in _chunks(load_ids) for run_id, source_id in conn.execute(
+        select(_TRIALS.c.run_id, _LOADS.c.source_id)
+        .join(_TRIAL_LOADS, _TRIAL_LOADS.c.trial_id == _TRIALS.c.id)
+        .join(_LOADS, _LOADS.c.id == _TRIAL_LOADS.c.load_id).where(_LOADS.c.id.in_(ids)))}
+    _delete(conn, _CONFLICTS, _CONFLICTS.c.load_id, load_ids)
+    _delete(conn, _EPISODE_LOADS, _EPISODE_LOADS.c.load_id, load_ids)
+    keys = _remove(conn, [t.trial_id for t in trials])
+    # A trial folder's unit holds its one trial; a unit that somehow holds others is kept.
+    _delete(conn, _LOADS, _LOADS.c.id, load_ids, ~exists().where(_TRIAL_LOADS.c.load_id == _LOADS.c.id))
+    for run_id, source_id in sorted(run_sources):
+        still = exists().where(_TRIALS.c.run_id == run_id, _TRIAL_LOADS.c.trial_id == _TRIALS.c.id,
+                               _LOADS.c.id == _TRIAL_LOADS.c.load_id, _LOADS.c.source_id == source_id)
+        conn.execute(delete(_RUN_SOURCES).where(_RUN_SOURCES.c.run_id == run_id, _RUN_SOURCES.c.source_id == source_id,
+                                                ~still))
+    return keys
+
+
+@dataclass(frozen=True)
+class RunRemoval:
+    """What deleting a run takes away (counted before, for the question asked first)."""
+
+    trials: int
+    episodes: int
+    turns: int  # the episodes' turns, as the turns view counts them
+    units: int  # ledger units that hold nothing else, which go too (a later ingest loads them again)
+    sources: int  # sources left with no unit, which go too
+
+
+def run_removal(conn: Connection, run_id: int) -> RunRemoval:
+    trial_ids = select(_TRIALS.c.id).where(_TRIALS.c.run_id == run_id)
+    episodes = select(_EPISODES.c.id, _EPISODES.c.n_turns).where(_EPISODES.c.trial_id.in_(trial_ids)).subquery()
+    n_episodes, n_turns = conn.execute(select(func.count(), func.coalesce(func.sum(episodes.c.n_turns), 0))).one()
+    units = _units_only_of(conn, run_id)
+    sources = _sources_only_of(conn, units)
+    return RunRemoval(conn.execute(select(func.count()).select_from(trial_ids.subquery())).scalar_one(),
+                      n_episodes, int(n_turns), len(units), len(sources))
+
+
+def delete_run(conn: Connection, run_id: int) -> RunRemoval:
+    """Delete a run with everything that is only its: its trials with their episodes, turns,
+    provenance and conflicts, its summaries, labels and sources' links, the ledger units that
+    hold nothing else (and the sources left with none), the tasks and messages nothing else
+    refers to; inside the caller's transaction (the whole delete commits or nothing does). A
+    unit that also holds another run's trials stays in the ledger, so a later ingest of it does
+    not bring the run back; a unit that goes is loaded again by a later ingest."""
+    removal = run_removal(conn, run_id)
+    units = _units_only_of(conn, run_id)
+    sources = _sources_only_of(conn, units)
+    trial_ids = list(conn.execute(select(_TRIALS.c.id).where(_TRIALS.c.run_id == run_id)).scalars())
+    _delete(conn, _CONFLICTS, _CONFLICTS.c.load_id, units)
+    keys = _remove(conn, trial_ids)
+    _delete(conn, _LOADS, _LOADS.c.id, units)
+    _delete(conn, _SOURCES, _SOURCES.c.id, sources)
+    for table in (_OUTCOMES, models.RunTaskBreakdown.__table__, models.RunLabel.__table__, _RUN_SOURCES):
+        conn.execute(delete(table).where(table.c.run_id == run_id))
+    conn.execute(delete(_RUNS).where(_RUNS.c.id == run_id))
+    drop_unused_tasks(conn, (task_id for _, task_id in keys))
+    return removal
+
+
+def _units_only_of(conn: Connection, run_id: int) -> list[int]:
+    """The ledger units that hold trials of the run and of no other run."""
+    of_run = (select(_TRIAL_LOADS.c.load_id).join(_TRIALS, _TRIALS.c.id == _TRIAL_LOADS.c.trial_id)
+              .where(_TRIALS.c.run_id == run_id).distinct())
+    others = exists().where(_TRIAL_LOADS.c.load_id == _LOADS.c.id, _TRIALS.c.id == _TRIAL_LOADS.c.trial_id,
+                            _TRIALS.c.run_id != run_id)
+    return sorted(conn.execute(select(_LOADS.c.id).where(_LOADS.c.id.in_(of_run), ~others)).scalars())
+
+
+def _sources_only_of(conn: Connection, units: list[int]) -> list[int]:
+    """The sources whose every unit is among `units`."""
+    touched = {s for ids in _chunks(units) for s in conn.execute(
+        select(_LOADS.c.source_id).where(_LOADS.c.id.in_(ids)).distinct()).scalars()}
+    kept = set(units)
+    return sorted(source for source in touched
+                  if set(conn.execute(select(_LOADS.c.id).where(_LOADS.c.source_id == source)).scalars()) <= kept)
+
+
+def _remove(conn: Connection, trial_ids: list[int]) -> set[tuple[int, int | None]]:
+    """Delete the trials with their episodes, turns, provenance, conflicts and lengths, and the
+    messages nothing else refers to then; the (run, task) keys they were under."""
     keys = {(run_id, task_id) for ids in _chunks(trial_ids) for run_id, task_id in conn.execute(
         select(_TRIALS.c.run_id, _TRIALS.c.task_id).where(_TRIALS.c.id.in_(ids)))}
     episode_ids = [e for ids in _chunks(trial_ids)
@@ -106,16 +187,9 @@ def remove_trials(conn: Connection, trials: list[Deleted]) -> set[tuple[int, int
     messages |= {m for ids in _chunks(trial_ids)
                  for m in conn.execute(select(_TRIALS.c.instruction_id).where(_TRIALS.c.id.in_(ids))).scalars()}
     messages.discard(None)
-    run_sources = {(run_id, source_id) for ids in _chunks(load_ids) for run_id, source_id in conn.execute(
-        select(_TRIALS.c.run_id, _LOADS.c.source_id)
-        .join(_TRIAL_LOADS, _TRIAL_LOADS.c.trial_id == _TRIALS.c.id)
-        .join(_LOADS, _LOADS.c.id == _TRIAL_LOADS.c.load_id).where(_LOADS.c.id.in_(ids)))}
-
     # Children before parents: PostgreSQL checks every reference as it goes.
-    _delete(conn, _CONFLICTS, _CONFLICTS.c.load_id, load_ids)
     _delete(conn, _CONFLICTS, _CONFLICTS.c.entity_id, trial_ids, _CONFLICTS.c.entity == "trial")
     _delete(conn, _CONFLICTS, _CONFLICTS.c.entity_id, episode_ids, _CONFLICTS.c.entity == "episode")
-    _delete(conn, _EPISODE_LOADS, _EPISODE_LOADS.c.load_id, load_ids)
     _delete(conn, _EPISODE_LOADS, _EPISODE_LOADS.c.episode_id, episode_ids)
     _delete(conn, _EPISODES, _EPISODES.c.id, episode_ids)
     _delete(conn, _TURNS, _TURNS.c.conversation_id, conversation_ids)
@@ -123,13 +197,6 @@ def remove_trials(conn: Connection, trials: list[Deleted]) -> set[tuple[int, int
     _delete(conn, _TRIAL_LOADS, _TRIAL_LOADS.c.trial_id, trial_ids)
     _delete(conn, _LENGTHS, _LENGTHS.c.trial_id, trial_ids)
     _delete(conn, _TRIALS, _TRIALS.c.id, trial_ids)
-    # A trial folder's unit holds its one trial; a unit that somehow holds others is kept.
-    _delete(conn, _LOADS, _LOADS.c.id, load_ids, ~exists().where(_TRIAL_LOADS.c.load_id == _LOADS.c.id))
-    for run_id, source_id in sorted(run_sources):
-        still = exists().where(_TRIALS.c.run_id == run_id, _TRIAL_LOADS.c.trial_id == _TRIALS.c.id,
-                               _LOADS.c.id == _TRIAL_LOADS.c.load_id, _LOADS.c.source_id == source_id)
-        conn.execute(delete(_RUN_SOURCES).where(_RUN_SOURCES.c.run_id == run_id, _RUN_SOURCES.c.source_id == source_id,
-                                                ~still))
     _drop_unused_messages(conn, messages)
     return keys
 
@@ -166,6 +233,8 @@ def _drop_unused_messages(conn: Connection, candidates: set[int]) -> None:
                 unused -= {(kept or {}).get("instruction_id"), (incoming or {}).get("instruction_id")}
             if not unused:
                 return
+    for ids in _chunks(sorted(unused)):
+        forget_messages(conn, list(ids))
     _delete(conn, _MESSAGES, _MESSAGES.c.id, sorted(unused))
 
 

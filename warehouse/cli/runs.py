@@ -1,4 +1,4 @@
-"""`warehouse runs`: the runs, their names and labels; `runs rename`, `runs label`."""
+"""`warehouse runs`: the runs, their names and labels; `runs rename`, `runs label`, `runs delete`."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ runs_app = typer.Typer(invoke_without_command=True, help="""The runs: key, name,
       warehouse runs
       warehouse runs --sort label:step
       warehouse runs label 9f8c2915 step=100 lr=3e-5
+      warehouse runs delete 9f8c2915 --yes
     """)
 app.add_typer(runs_app, name="runs")
 
@@ -111,3 +112,53 @@ def label(
         ref = label_run(conn, run, labels or (), remove or ())
         now = labels_of(conn, [ref.id]).get(ref.id, {})
     echo_err(f"{ref}: {', '.join(f'{k}={v}' for k, v in now.items()) or 'no labels'}")
+
+
+@runs_app.command("delete")
+def delete(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="The run: its key, a unique prefix of it, or its name.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Delete without asking.")] = False,
+) -> None:
+    """Delete a run: its trials with their episodes and turns, summaries, labels, and the ledger
+    units that hold nothing else, in one transaction.
+
+    Says what will go and asks on a terminal; without one it refuses unless --yes. A unit that
+    also holds other runs stays in the ledger (a later ingest of it does not bring the run
+    back); a unit that goes is loaded again by a later ingest.
+
+    Examples:
+
+    \b
+      warehouse runs delete 9f8c2915 --yes
+      warehouse runs delete sample-b421acf4 --yes
+    """
+    import sys
+
+    from ingest.write.removal import delete_run, run_removal
+    from warehouse.errors import WarehouseError
+    from warehouse.runs import resolve_run
+
+    with _write(ctx) as conn:  # counted under the lock, asked after it is let go
+        ref = resolve_run(conn, run)
+        what = _removal_text(ref, run_removal(conn, ref.id))
+    if not yes:
+        if not sys.stdin.isatty():
+            raise WarehouseError(f"deleting {what}: nothing done (pass --yes to go ahead)")
+        if not typer.confirm(f"delete {what}?", default=False, err=True):
+            raise WarehouseError("delete cancelled: nothing done")
+    with _write(ctx) as conn:
+        ref = resolve_run(conn, ref.run_key)  # (gone since, by another hand: said as for any unknown run)
+        done = delete_run(conn, ref.id)
+    echo_err(f"deleted {_removal_text(ref, done)}")
+
+
+def _removal_text(ref, removal) -> str:
+    parts = [f"run {ref}: {removal.trials:,} trial{'s' * (removal.trials != 1)}, "
+             f"{removal.episodes:,} episode{'s' * (removal.episodes != 1)}, "
+             f"{removal.turns:,} turn{'s' * (removal.turns != 1)}"]
+    if removal.units:
+        parts.append(f"{removal.units:,} ledger unit{'s' * (removal.units != 1)} holding nothing else")
+    if removal.sources:
+        parts.append(f"{removal.sources:,} source{'s' * (removal.sources != 1)} left with no unit")
+    return "; ".join(parts)

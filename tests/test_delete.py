@@ -1,0 +1,116 @@
+"""`warehouse runs delete`: a deleted run leaves the warehouse that never loading it leaves (the
+query fixture built without the run's trials), every canned answer included; it asks first,
+refuses off a terminal without --yes, changes nothing on a bad argument, takes its texts out of
+the search index, and a killed delete leaves the warehouse as it was before or after; on both
+backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import canonical
+import query_fixture
+from conftest import another_warehouse
+from ingest.shape.records import Episode, Trial, Turn
+from ingest.write import writer
+from procs import run_cli
+from warehouse.db.engine import make_engine, resolve_url
+from warehouse.queries import QUERIES, run_canned
+from warehouse.queries.catalog import LEDGER
+from warehouse.search import build_index, search
+
+RUNS = ["run-a", "run-b", "run-c"]
+LOAD_KEY = ("source", "unit", "content_hash")
+
+
+@pytest.fixture
+def url(db_url, engine):
+    query_fixture.build(engine)
+    return db_url
+
+
+def _state(url: str, pair: tuple[str, str] = ("run-a", "run-c")) -> dict[str, list[str]]:
+    """Every table (a ledger unit by its source, name and hash: its counts are what it loaded
+    then) and every canned answer (the comparisons of two runs: of `pair`)."""
+    engine = make_engine(resolve_url(url))
+    try:
+        state = canonical.dump(engine)
+    finally:
+        engine.dispose()
+    state["loads"] = sorted(canonical._line({k: v for k, v in json.loads(line).items() if k in LOAD_KEY})
+                            for line in state["loads"])
+    for name, query in QUERIES.items():
+        if name not in LEDGER:
+            params = {"a": pair[0], "b": pair[1]} if name in ("compare", "compare-test") else {}
+            state[f"query {name}"] = [repr(row) for row in run_canned(url, query, params).rows]
+    return state
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_a_deleted_run_is_as_if_never_loaded(url, backend, tmp_path, request, run):
+    done = run_cli(url, "runs", "delete", run, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith(f"deleted run {run}: ") and "trials" in done.stderr
+    with another_warehouse(backend, tmp_path / "without", request,
+                           lambda engine: query_fixture.build(engine, keep=lambda t: t.run_key != run)) as without:
+        pair = tuple(r for r in RUNS if r != run)
+        assert canonical.differences(_state(without, pair), _state(url, pair)) == []
+
+
+def test_it_asks_and_refuses_off_a_terminal(url):
+    before = _state(url)
+    done = run_cli(url, "runs", "delete", "run-b")  # stdin is not a terminal
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: deleting run run-b: ") and "(pass --yes to go ahead)" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    unknown = run_cli(url, "runs", "delete", "no-such-run", "--yes")
+    assert unknown.returncode == 1 and unknown.stderr.strip() == "Error: no run 'no-such-run' (`warehouse runs` lists them)"
+    assert _state(url) == before
+
+
+def test_a_deleted_runs_texts_leave_the_search_index(url, engine):
+    build_index(engine)
+    assert [row[1] for row in search(url, "needle-xyz").rows] == ["c2"]
+    assert run_cli(url, "runs", "delete", "run-c", "--yes").returncode == 0
+    assert search(url, "needle-xyz").rows == []
+    # New texts, whose ids SQLite may take from the deleted ones: found, indexed or not.
+    source = writer.ensure_source(engine, "parquet", "/fixture/late", "late")
+    with writer.unit(engine, source, "unit-late", "hash-late") as u:
+        u.add_trials([Trial(run_key="run-late", trial_name=f"late__{i}", task_name="task1", reward=1.0, result="1.0",
+                            episodes=[Episode(0, [Turn("user", f"a fresh text number {i}")])]) for i in range(30)])
+    assert len(search(url, "fresh text").rows) == 30
+    build_index(engine)
+    assert len(search(url, "fresh text").rows) == 30
+    if engine.dialect.name == "sqlite":
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
+            assert conn.exec_driver_sql(
+                "INSERT INTO search_fts_messages(search_fts_messages) VALUES('integrity-check')").rowcount != 0
+
+
+def test_a_killed_delete_leaves_before_or_after(url, backend, tmp_path, request):
+    before = _state(url)
+    with another_warehouse(backend, tmp_path / "after", request,
+                           lambda engine: query_fixture.build(engine, keep=lambda t: t.run_key != "run-b")) as done:
+        after = _state(done)
+    command = [sys.executable, "-m", "warehouse", "--db", url, "runs", "delete", "run-b", "--yes"]
+    started = time.monotonic()
+    subprocess.run(command, capture_output=True, check=True, timeout=120)
+    window = time.monotonic() - started
+    # Deletes killed at moments drawn across a whole delete's span, each in a warehouse of its own.
+    rng = random.Random(29)
+    for attempt in range(4):
+        with another_warehouse(backend, tmp_path / f"k{attempt}", request, query_fixture.build) as killed:
+            proc = subprocess.Popen([*command[:4], killed, *command[5:]], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+            time.sleep(rng.uniform(0.3, 1.0) * window)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            assert _state(killed) in (before, after), f"kill {attempt}: a state between before and after"
