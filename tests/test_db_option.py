@@ -41,6 +41,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("query", "sources"): [],
     ("query", "loads"): ["sample"],
     ("sources",): [],
+    ("sources", "delete"): ["sample", "--yes"],
     ("loads",): [],
     ("query", "leaderboard"): [],
     ("query", "power"): ["--delta", "0.1"],

@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import canonical
@@ -27,6 +29,8 @@ from warehouse.queries.catalog import LEDGER
 from warehouse.search import build_index, search
 
 RUNS = ["run-a", "run-b", "run-c"]
+SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sample"
+RUNS_OF_SAMPLE = ("9f8c2915-4688-461a-8cba-3901225a1cb2", "b421acf4-22ff-44ae-abea-d6ef824bc737")
 LOAD_KEY = ("source", "unit", "content_hash")
 
 
@@ -68,7 +72,7 @@ def test_it_asks_and_refuses_off_a_terminal(url):
     before = _state(url)
     done = run_cli(url, "runs", "delete", "run-b")  # stdin is not a terminal
     assert done.returncode == 1
-    assert done.stderr.startswith("Error: deleting run run-b: ") and "(pass --yes to go ahead)" in done.stderr
+    assert done.stderr.startswith("Error: delete run run-b: ") and "(pass --yes to go ahead)" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
     unknown = run_cli(url, "runs", "delete", "no-such-run", "--yes")
     assert unknown.returncode == 1 and unknown.stderr.strip() == "Error: no run 'no-such-run' (`warehouse runs` lists them)"
@@ -114,3 +118,90 @@ def test_a_killed_delete_leaves_before_or_after(url, backend, tmp_path, request)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             assert _state(killed) in (before, after), f"kill {attempt}: a state between before and after"
+
+
+# --- sources delete --------------------------------------------------------------------------
+
+def test_a_duplicated_source_taken_back_leaves_the_other_alone(db_url, engine, tmp_path, backend, request):
+    """The same dataset loaded from two places: either taken back leaves the warehouse one load
+    of it makes (the ledger aside)."""
+    from ingest.pipeline import ingest
+
+    copy = tmp_path / "copy"
+    shutil.copytree(SAMPLE, copy)
+    ingest(engine, [str(SAMPLE)])
+    ingest(engine, [str(copy)])
+    done = run_cli(db_url, "sources", "delete", str(copy), "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "36 trials shared with other sources" in done.stderr
+    with another_warehouse(backend, tmp_path / "once", request, lambda e: ingest(e, [str(SAMPLE)])) as once:
+        assert canonical.differences(_state(once, RUNS_OF_SAMPLE), _state(db_url, RUNS_OF_SAMPLE)) == []
+
+
+def test_a_source_of_its_own_goes_whole(url, engine, backend, tmp_path, request):
+    """The sample (two runs no other source holds) loaded beside the query fixture, then taken
+    back: the query fixture alone."""
+    from ingest.pipeline import ingest
+
+    ingest(engine, [str(SAMPLE)])
+    done = run_cli(url, "sources", "delete", "sample", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "deleted source 'sample': 1 unit, 36 trials only it holds; 2 runs left with no trial"
+    with another_warehouse(backend, tmp_path / "fixture", request, query_fixture.build) as alone:
+        assert canonical.differences(_state(alone), _state(url)) == []
+
+
+def test_a_shared_trace_trial_is_refused_and_nothing_changes(url):
+    """fixture-b's units are trace-directory units (the fixture writes no Arrow schema), and one
+    of its trials fixture-a holds too: what fixture-a alone gives cannot be told."""
+    before = _state(url)
+    done = run_cli(url, "sources", "delete", "fixture-b", "--yes")
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("Error: source 'fixture-b' cannot be taken back: 1 trial of its trace directories "
+                                   "is also held by other sources, which cannot give what a trace directory gave; "
+                                   "nothing done")
+    assert run_cli(url, "sources", "delete", "no-such-source", "--yes").stderr.strip() == \
+        "Error: no source 'no-such-source' (`warehouse sources` lists them)"
+    assert _state(url) == before
+
+
+@pytest.fixture(scope="module")
+def order_sources(tmp_path_factory):
+    from order_sources import make_sources
+
+    return make_sources(tmp_path_factory.mktemp("order-sources"))
+
+
+@pytest.mark.parametrize("traces", [True, False], ids=["with-traces", "datasets-alone"])
+def test_every_source_taken_back_leaves_what_the_others_give(order_sources, backend, tmp_path, request, traces):
+    """Each source of one set of trials in every shape (order_sources), taken back from a
+    warehouse of them all: the warehouse then is a fresh ingest of the others (the canonical
+    state of the order-independence test: tables, canned answers, every source's export), or
+    the delete is refused and nothing changed."""
+    from ingest.pipeline import ingest
+    from test_load_order import _state as canonical_state
+
+    names = [n for n in order_sources if traces or n != "traces"]
+    taken_back = []
+    for gone in names:
+        rest = {n: order_sources[n] for n in names if n != gone}
+        with another_warehouse(backend, tmp_path / gone, request,
+                               lambda e: [ingest(e, [str(order_sources[n])]) for n in names]) as everything:
+            before = _state(everything, ("6a29732a-c34a-4f7e-85bd-ee65fb2d2604", "0b1c2d3e-0000-4000-8000-0000000000f1"))
+            done = run_cli(everything, "sources", "delete", str(order_sources[gone]), "--yes")
+            if done.returncode != 0:
+                assert "cannot be taken back" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+                assert _state(everything, ("6a29732a-c34a-4f7e-85bd-ee65fb2d2604",
+                                           "0b1c2d3e-0000-4000-8000-0000000000f1")) == before
+                continue
+            taken_back.append(gone)
+            with another_warehouse(backend, tmp_path / f"{gone}-rest", request,
+                                   lambda e: [ingest(e, [str(p)]) for p in rest.values()]) as others:
+                engines = [make_engine(resolve_url(u)) for u in (others, everything)]
+                try:
+                    expected, got = (canonical_state(e, rest, tmp_path / f"{gone}-{i}") for i, e in enumerate(engines))
+                finally:
+                    for e in engines:
+                        e.dispose()
+                assert canonical.differences(expected, got) == [], f"{gone} taken back"
+    assert len(taken_back) >= 5, taken_back

@@ -26,10 +26,12 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Connection, delete, exists, func, select
+from sqlalchemy import Connection, delete, exists, func, select, update
 
 from ingest.write import bulk
 from warehouse.db import models
+from warehouse.hub_columns import FIELD_COLUMNS
+from warehouse.runs import dataset_names
 from warehouse.search import forget_messages
 
 _TRIALS, _RUNS, _TASKS = models.Trial.__table__, models.Run.__table__, models.Task.__table__
@@ -148,11 +150,185 @@ def delete_run(conn: Connection, run_id: int) -> RunRemoval:
     keys = _remove(conn, trial_ids)
     _delete(conn, _LOADS, _LOADS.c.id, units)
     _delete(conn, _SOURCES, _SOURCES.c.id, sources)
+    _delete_empty_run(conn, run_id)
+    drop_unused_tasks(conn, (task_id for _, task_id in keys))
+    return removal
+
+
+@dataclass(frozen=True)
+class SourceRemoval:
+    """What taking back a source changes (counted before, for the question asked first)."""
+
+    units: int
+    trials: int  # trials no other source holds, which go
+    shared: int  # trials other sources hold too, which stay with what those gave
+    runs: int  # runs left with no trial, which go
+    refused: str | None = None  # why the source cannot be taken back exactly
+
+
+def source_removal(conn: Connection, source_id: int) -> SourceRemoval:
+    units = list(conn.execute(select(_LOADS.c.id).where(_LOADS.c.source_id == source_id)).scalars())
+    only, shared = _trials_of_source(conn, units)
+    return SourceRemoval(len(units), len(only), len(shared), len(_runs_left_empty(conn, only)),
+                         _unsure(conn, units, shared))
+
+
+def delete_source(conn: Connection, source_id: int) -> SourceRemoval:
+    """Take back a source: what only it brought goes (its units, the trials only it holds, with
+    everything on them, the runs left with no trial); a trial other sources hold too stays, its
+    Hub rows placed again without the source's (ingest.write.settle), so that the warehouse is
+    what ingesting the other sources alone makes. Inside the caller's transaction. Refused
+    (WarehouseError, nothing changed) where the stored rows cannot tell what the others alone
+    would give (SourceRemoval.refused)."""
+    from ingest.write.settle import place, take_up
+    from ingest.write.writer import UnitWriter
+    from warehouse import summaries
+    from warehouse.errors import WarehouseError
+
+    removal = source_removal(conn, source_id)
+    if removal.refused:
+        raise WarehouseError(removal.refused)
+    units = list(conn.execute(select(_LOADS.c.id).where(_LOADS.c.source_id == source_id)).scalars())
+    only, shared = _trials_of_source(conn, units)
+    messages = _messages_of(conn, shared)
+    if shared:
+        w = UnitWriter(conn, units[0])
+        try:
+            for trial_id in shared:
+                taken = take_up(w, trial_id)
+                taken.rows = [row for row in taken.rows if row.load_id not in set(units)]
+                place(w, trial_id, taken)
+            w.flush()
+            summaries.refresh(conn, units[0], w.touched_trials | set(shared), (), ())
+        finally:
+            w.bulk.close()
+    _delete(conn, _CONFLICTS, _CONFLICTS.c.load_id, units)
+    _delete(conn, _EPISODE_LOADS, _EPISODE_LOADS.c.load_id, units)
+    runs = _runs_left_empty(conn, only)
+    keys = _remove(conn, only)
+    _delete(conn, _TRIAL_LOADS, _TRIAL_LOADS.c.load_id, units)
+    _delete(conn, _LOADS, _LOADS.c.id, units)
+    linked = conn.execute(select(_RUNS.c.id, _RUNS.c.run_key, _RUNS.c.name).join(
+        _RUN_SOURCES, _RUN_SOURCES.c.run_id == _RUNS.c.id).where(_RUN_SOURCES.c.source_id == source_id)).all()
+    named = {run_id: dataset_names(conn, run_id, run_key)[1] for run_id, run_key, _ in linked}
+    conn.execute(delete(_RUN_SOURCES).where(_RUN_SOURCES.c.source_id == source_id))
+    conn.execute(delete(_SOURCES).where(_SOURCES.c.id == source_id))
+    for run_id in runs:
+        _delete_empty_run(conn, run_id)
+    for run_id, run_key, name in linked:
+        # A name the source gave goes with it: the run is named as the other sources name it.
+        if run_id not in runs and name in named[run_id]:
+            now = dataset_names(conn, run_id, run_key)[1]
+            if name not in now:
+                conn.execute(update(_RUNS).where(_RUNS.c.id == run_id).values(name=now[0] if now else None))
+    left = {(run_id, task_id) for run_id, task_id in keys if run_id not in runs}
+    if left:
+        summaries.refresh(conn, units[0], (), (), left)
+    drop_unused_tasks(conn, (task_id for _, task_id in keys))
+    _drop_unused_messages(conn, messages)
+    return removal
+
+
+def _trials_of_source(conn: Connection, units: list[int]) -> tuple[list[int], list[int]]:
+    """The trials the units hold: those no other unit holds, and those another unit holds too."""
+    held = sorted({t for ids in _chunks(units) for t in conn.execute(
+        select(_TRIAL_LOADS.c.trial_id).where(_TRIAL_LOADS.c.load_id.in_(ids))).scalars()})
+    elsewhere = {t for ids in _chunks(held) for t in conn.execute(
+        select(_TRIAL_LOADS.c.trial_id).where(_TRIAL_LOADS.c.trial_id.in_(ids),
+                                              _TRIAL_LOADS.c.load_id.not_in(units))).scalars()}
+    return [t for t in held if t not in elsewhere], [t for t in held if t in elsewhere]
+
+
+# The Hub column each trial field comes from, where a dataset gives it (a trace directory gives
+# every field): the fields that can say which unit a trial's value came from.
+_FIELD_COLUMNS = {**FIELD_COLUMNS, "reward": "result", "exception_type": "result", "started_at": "date"}
+
+
+def _unsure(conn: Connection, units: list[int], shared: list[int]) -> str | None:
+    """Why the stored rows cannot tell what a shared trial is without these units, if they
+    cannot: a trial of the units' trace directories (richer than any row of another source), or
+    a trial field whose value only these units gave (the other units that have its column
+    disagree, or none has it). A field these units disagreed on keeps the value it has."""
+    if not shared:
+        return None
+    ours = set(units)
+    traced, alone = set(), set()
+    columns_of: dict[int, frozenset[str] | None] = {}  # None: a trace directory's unit
+    for ids in _chunks(shared):
+        holders: dict[int, list[int]] = {}
+        for trial_id, load_id, schema in conn.execute(
+                select(_TRIAL_LOADS.c.trial_id, _LOADS.c.id, _LOADS.c.arrow_schema)
+                .join(_LOADS, _LOADS.c.id == _TRIAL_LOADS.c.load_id).where(_TRIAL_LOADS.c.trial_id.in_(ids))):
+            holders.setdefault(trial_id, []).append(load_id)
+            if load_id not in columns_of:
+                columns_of[load_id] = None if schema is None else shard_columns(schema)
+        disputed: dict[int, set[tuple[int, str]]] = {}
+        for trial_id, load_id, field in conn.execute(
+                select(_CONFLICTS.c.entity_id, _CONFLICTS.c.load_id, _CONFLICTS.c.field)
+                .where(_CONFLICTS.c.entity == "trial", _CONFLICTS.c.entity_id.in_(ids))):
+            disputed.setdefault(trial_id, set()).add((load_id, field))
+        values = {row.id: row for row in conn.execute(select(_TRIALS).where(_TRIALS.c.id.in_(ids)))}
+        for trial_id, loads in holders.items():
+            if any(columns_of[load] is None for load in loads if load in ours):
+                traced.add(trial_id)
+                continue
+            said = disputed.get(trial_id, set())
+
+            def gives(load: int, field: str) -> bool:  # the unit's value is the trial's
+                columns = columns_of[load]
+                return (columns is None or _FIELD_COLUMNS[field] in columns) and (load, field) not in said
+
+            for field in _FIELD_COLUMNS:
+                if getattr(values[trial_id], field) is None:
+                    continue
+                if any(gives(load, field) for load in loads if load in ours) and \
+                        not any(gives(load, field) for load in loads if load not in ours):
+                    alone.add(trial_id)
+    if traced:
+        return (f"{len(traced):,} trial{'s' * (len(traced) != 1)} of its trace directories "
+                f"{'are' if len(traced) != 1 else 'is'} also held by other sources, which cannot give what a "
+                f"trace directory gave")
+    if alone:
+        return (f"{len(alone):,} trial{'s' * (len(alone) != 1)} it shares with other sources "
+                f"{'have' if len(alone) != 1 else 'has'} values only it gave")
+    return None
+
+
+def shard_columns(arrow_schema: str | None) -> frozenset[str]:
+    """The column names of a shard, from its schema as the ledger keeps it."""
+    if not arrow_schema:
+        return frozenset()
+    from warehouse.arrow_json import schema_from_json  # pyarrow: a Hub unit has it loaded already
+
+    return frozenset(schema_from_json(arrow_schema).names)
+
+
+def _messages_of(conn: Connection, trial_ids: list[int]) -> set[int]:
+    """The messages the trials' turns and instructions use (candidates to drop after)."""
+    conversations = [c for ids in _chunks(trial_ids) for c in conn.execute(
+        select(_CONVERSATIONS.c.id).where(_CONVERSATIONS.c.trial_id.in_(ids))).scalars()]
+    messages = {m for ids in _chunks(conversations)
+                for m in conn.execute(select(_TURNS.c.message_id).where(_TURNS.c.conversation_id.in_(ids))).scalars()}
+    messages |= {m for ids in _chunks(trial_ids)
+                 for m in conn.execute(select(_TRIALS.c.instruction_id).where(_TRIALS.c.id.in_(ids))).scalars()}
+    messages.discard(None)
+    return messages
+
+
+def _runs_left_empty(conn: Connection, trial_ids: list[int]) -> list[int]:
+    """The runs whose every trial is among `trial_ids`."""
+    going = set(trial_ids)
+    runs = {r for ids in _chunks(trial_ids) for r in conn.execute(
+        select(_TRIALS.c.run_id).where(_TRIALS.c.id.in_(ids)).distinct()).scalars()}
+    return sorted(run for run in runs if set(conn.execute(
+        select(_TRIALS.c.id).where(_TRIALS.c.run_id == run)).scalars()) <= going)
+
+
+def _delete_empty_run(conn: Connection, run_id: int) -> None:
+    """A run with no trial left: its summaries, labels, sources' links and itself."""
     for table in (_OUTCOMES, models.RunTaskBreakdown.__table__, models.RunLabel.__table__, _RUN_SOURCES):
         conn.execute(delete(table).where(table.c.run_id == run_id))
     conn.execute(delete(_RUNS).where(_RUNS.c.id == run_id))
-    drop_unused_tasks(conn, (task_id for _, task_id in keys))
-    return removal
 
 
 def _units_only_of(conn: Connection, run_id: int) -> list[int]:
@@ -182,11 +358,7 @@ def _remove(conn: Connection, trial_ids: list[int]) -> set[tuple[int, int | None
                    for e in conn.execute(select(_EPISODES.c.id).where(_EPISODES.c.trial_id.in_(ids))).scalars()]
     conversation_ids = [c for ids in _chunks(trial_ids) for c in conn.execute(
         select(_CONVERSATIONS.c.id).where(_CONVERSATIONS.c.trial_id.in_(ids))).scalars()]
-    messages = {m for ids in _chunks(conversation_ids)
-                for m in conn.execute(select(_TURNS.c.message_id).where(_TURNS.c.conversation_id.in_(ids))).scalars()}
-    messages |= {m for ids in _chunks(trial_ids)
-                 for m in conn.execute(select(_TRIALS.c.instruction_id).where(_TRIALS.c.id.in_(ids))).scalars()}
-    messages.discard(None)
+    messages = _messages_of(conn, trial_ids)
     # Children before parents: PostgreSQL checks every reference as it goes.
     _delete(conn, _CONFLICTS, _CONFLICTS.c.entity_id, trial_ids, _CONFLICTS.c.entity == "trial")
     _delete(conn, _CONFLICTS, _CONFLICTS.c.entity_id, episode_ids, _CONFLICTS.c.entity == "episode")

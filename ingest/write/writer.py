@@ -173,7 +173,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
         writer = None
         try:
             writer = UnitWriter(conn, load_id, from_hub=arrow_schema is not None,
-                                columns=_shard_columns(arrow_schema))
+                                columns=removal.shard_columns(arrow_schema))
             yield writer
             writer.settle()
             writer.flush()  # the summaries are computed from the rows written
@@ -581,7 +581,7 @@ class UnitWriter:
             conflicts.c.entity == "trial", conflicts.c.entity_id == trial_id, conflicts.c.field == name)).scalars())
         for load_id, schema in others:
             if load_id not in self._columns_of:
-                self._columns_of[load_id] = _shard_columns(schema)
+                self._columns_of[load_id] = removal.shard_columns(schema)
             if column in self._columns_of[load_id] and load_id not in recorded:
                 self._absent(trial_id, name, new, load_id)
 
@@ -895,15 +895,6 @@ def _job_progress(detail: dict | None) -> tuple[bool, int, bool]:
 def _columns(rows: list[tuple], width: int) -> list[Sequence[Any]]:
     """Rows of `width` values as columns."""
     return list(zip(*rows)) if rows else [()] * width
-
-
-def _shard_columns(arrow_schema: str | None) -> frozenset[str]:
-    """The column names of a shard, from its schema as the ledger keeps it."""
-    if not arrow_schema:
-        return frozenset()
-    from warehouse.arrow_json import schema_from_json  # pyarrow: a Hub unit has it loaded already
-
-    return frozenset(schema_from_json(arrow_schema).names)
 
 
 def _same_instant(a: Any, b: Any) -> bool:

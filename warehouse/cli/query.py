@@ -135,11 +135,15 @@ _KEEP = {"compare-test": ("verdict", "kind"), "compare": ("flip",), "leaderboard
 _RUNS_IN = {"compare-test": {"a": "a_name", "b": "b_name"}}
 
 
-def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple[str, ...] | None = None) -> None:
-    """`query`'s command on `group` (`warehouse query NAME`, or a top-level command)."""
+def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple[str, ...] | None = None,
+             *, callback: bool = False) -> None:
+    """`query`'s command on `group` (`warehouse query NAME`, or a top-level command); with
+    `callback`, the command `group` itself runs when no command of it is named."""
     positional = [p for p in query.params if p.positional]
 
     def command(ctx: typer.Context, format: Format, wide: bool, timeout: float, **values: Any) -> None:
+        if ctx.invoked_subcommand is not None:
+            return
         narrowed = {keyword: values.pop(f"filter_{keyword}") for keyword, _, _ in FILTER_OPTIONS}
         for param in positional:
             given, option = values[param.name], values.pop(f"{param.name}_option")
@@ -180,7 +184,10 @@ def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple
     ])
     shown = EXAMPLES.get(query.name, ()) if examples is None else examples
     help_text = inspect.cleandoc(query.description) + "\n\n" + examples_help(shown)
-    group.command(query.name, help=help_text, short_help=query.summary)(command)
+    if callback:
+        group.callback(invoke_without_command=True, help=help_text, short_help=query.summary)(command)
+    else:
+        group.command(query.name, help=help_text, short_help=query.summary)(command)
 
 
 for _query in QUERIES.values():

@@ -51,7 +51,7 @@ def list_runs(
     write_rows(columns, rows, fmt, wide=wide)
 
 
-def _write(ctx: typer.Context):
+def write_transaction(ctx: typer.Context):
     """One write transaction under the ingest write lock (so it never meets an ingest's)."""
     from contextlib import contextmanager
 
@@ -83,7 +83,7 @@ def rename(
     """
     from warehouse.runs import rename_run, resolve_run
 
-    with _write(ctx) as conn:
+    with write_transaction(ctx) as conn:
         ref = resolve_run(conn, run)
         rename_run(conn, ref, name)
     echo_err(f"renamed {ref} to {name!r}")
@@ -108,7 +108,7 @@ def label(
     """
     from warehouse.runs import label_run, labels_of
 
-    with _write(ctx) as conn:
+    with write_transaction(ctx) as conn:
         ref = label_run(conn, run, labels or (), remove or ())
         now = labels_of(conn, [ref.id]).get(ref.id, {})
     echo_err(f"{ref}: {', '.join(f'{k}={v}' for k, v in now.items()) or 'no labels'}")
@@ -133,24 +133,32 @@ def delete(
       warehouse runs delete 9f8c2915 --yes
       warehouse runs delete sample-b421acf4 --yes
     """
-    import sys
-
     from ingest.write.removal import delete_run, run_removal
-    from warehouse.errors import WarehouseError
     from warehouse.runs import resolve_run
 
-    with _write(ctx) as conn:  # counted under the lock, asked after it is let go
+    with write_transaction(ctx) as conn:  # counted under the lock, asked after it is let go
         ref = resolve_run(conn, run)
         what = _removal_text(ref, run_removal(conn, ref.id))
-    if not yes:
-        if not sys.stdin.isatty():
-            raise WarehouseError(f"deleting {what}: nothing done (pass --yes to go ahead)")
-        if not typer.confirm(f"delete {what}?", default=False, err=True):
-            raise WarehouseError("delete cancelled: nothing done")
-    with _write(ctx) as conn:
+    confirm(f"delete {what}", yes)
+    with write_transaction(ctx) as conn:
         ref = resolve_run(conn, ref.run_key)  # (gone since, by another hand: said as for any unknown run)
         done = delete_run(conn, ref.id)
     echo_err(f"deleted {_removal_text(ref, done)}")
+
+
+def confirm(action: str, yes: bool) -> None:
+    """Go ahead with `action` ("delete …") if --yes was given or a person at the terminal says
+    so; else a one-line refusal, nothing done (as `db downgrade` does)."""
+    import sys
+
+    from warehouse.errors import WarehouseError
+
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise WarehouseError(f"{action}: nothing done (pass --yes to go ahead)")
+    if not typer.confirm(f"{action}?", default=False, err=True):
+        raise WarehouseError(f"{action.split()[0]} cancelled: nothing done")
 
 
 def _removal_text(ref, removal) -> str:
