@@ -99,21 +99,37 @@ def test_a_deleted_runs_texts_leave_the_search_index(url, engine):
                 "INSERT INTO search_fts_messages(search_fts_messages) VALUES('integrity-check')").rowcount != 0
 
 
-def test_a_killed_delete_leaves_before_or_after(url, backend, tmp_path, request):
-    before = _state(url)
-    with another_warehouse(backend, tmp_path / "after", request,
-                           lambda engine: query_fixture.build(engine, keep=lambda t: t.run_key != "run-b")) as done:
+def _with_sample(engine) -> None:
+    from ingest.pipeline import ingest
+
+    query_fixture.build(engine)
+    ingest(engine, [str(SAMPLE)])
+
+
+KILLED = {  # the delete, what the warehouse holds before it, and what it holds after
+    "runs delete": (["runs", "delete", "run-b", "--yes"], query_fixture.build,
+                    lambda engine: query_fixture.build(engine, keep=lambda t: t.run_key != "run-b")),
+    "sources delete": (["sources", "delete", "sample", "--yes"], _with_sample, query_fixture.build),
+}
+
+
+@pytest.mark.parametrize("delete", KILLED)
+def test_a_killed_delete_leaves_before_or_after(backend, tmp_path, request, delete):
+    args, fill, fill_after = KILLED[delete]
+    with another_warehouse(backend, tmp_path / "before", request, fill) as url:
+        before = _state(url)
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-m", "warehouse", "--db", url, *args], capture_output=True, check=True,
+                       timeout=120)
+        window = time.monotonic() - started
+    with another_warehouse(backend, tmp_path / "after", request, fill_after) as done:
         after = _state(done)
-    command = [sys.executable, "-m", "warehouse", "--db", url, "runs", "delete", "run-b", "--yes"]
-    started = time.monotonic()
-    subprocess.run(command, capture_output=True, check=True, timeout=120)
-    window = time.monotonic() - started
     # Deletes killed at moments drawn across a whole delete's span, each in a warehouse of its own.
     rng = random.Random(29)
     for attempt in range(4):
-        with another_warehouse(backend, tmp_path / f"k{attempt}", request, query_fixture.build) as killed:
-            proc = subprocess.Popen([*command[:4], killed, *command[5:]], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, start_new_session=True)
+        with another_warehouse(backend, tmp_path / f"k{attempt}", request, fill) as killed:
+            proc = subprocess.Popen([sys.executable, "-m", "warehouse", "--db", killed, *args],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             time.sleep(rng.uniform(0.3, 1.0) * window)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

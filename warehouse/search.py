@@ -63,11 +63,13 @@ _ASCII_FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _CONTAINS = {
     # SQLite's LIKE folds exactly A-Z.
     "sqlite": "{col} LIKE :pattern ESCAPE '\\'",
-    # ILIKE is what a trigram index can serve, but it may fold more than ASCII (by locale);
-    # lower() under the "C" collation folds A-Z alone, which makes strpos over it the exact
-    # test (and a fast one: translate() takes a hundred times as long on long texts).
-    "postgresql": "({col} ILIKE :pattern ESCAPE '\\' AND strpos(lower({col} COLLATE \"C\"), :needle) > 0)",
+    # lower() under the "C" collation folds A-Z alone (translate() takes a hundred times as long
+    # on long texts, ILIKE several times: it folds by locale, then the exact test must follow).
+    "postgresql": "strpos(lower({col} COLLATE \"C\"), :needle) > 0",
 }
+# What PostgreSQL's trigram index serves: ILIKE, which folds at least A-Z (by locale, maybe more),
+# so that the rows it keeps include every hit; put before the exact test where the index is.
+_TRIGRAM = "{col} ILIKE :pattern ESCAPE '\\'"
 _POSITION = {
     "sqlite": "instr(lower({col}), :needle)",  # SQLite's lower() folds ASCII only
     "postgresql": "strpos(lower({col} COLLATE \"C\"), :needle)",
@@ -125,8 +127,7 @@ def search(url: URL | str, text: str, *, run: str | None = None, task: str | Non
         if task is not None and not has_wildcard(task):
             # A task no task is named (--task is a name here, not a glob): said beside the hits.
             notes.append(Filters.of(task=task).unmatched(session.connection))
-        finder = _Finder(session, backend, needle, use_fts=use_fts, indexed_through=index.indexed_through,
-                         run=run, task=task, role=role)
+        finder = _Finder(session, backend, needle, use_fts=use_fts, index=index, run=run, task=task, role=role)
         rows = finder.first(limit + 1)  # one more than shown, to know whether there are more
         truncated = len(rows) > limit
         rows = rows[:limit]
@@ -139,14 +140,14 @@ def search(url: URL | str, text: str, *, run: str | None = None, task: str | Non
 class _Finder:
     """The hits of one search, found in the answer's order (see CANDIDATES)."""
 
-    def __init__(self, session: ReadSession, backend: str, needle: str, *, use_fts: bool, indexed_through: int,
+    def __init__(self, session: ReadSession, backend: str, needle: str, *, use_fts: bool, index: IndexStatus,
                  run: str | None, task: str | None, role: str | None):
-        self.session, self.backend, self.use_fts = session, backend, use_fts
+        self.session, self.backend, self.use_fts, self.index = session, backend, use_fts, index
         self.run, self.task, self.role = run, task, role
         self.folded = needle.translate(_ASCII_FOLD)
         self.params = {"pattern": "%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%", "needle": self.folded,
                        "run": run, "task": task, "role": role,
-                       "phrase": '"' + needle.replace('"', '""') + '"', "indexed_through": indexed_through}
+                       "phrase": '"' + needle.replace('"', '""') + '"', "indexed_through": index.indexed_through}
         self.filters = "".join([" AND r.run_key = :run" if run is not None else "",
                                 " AND tk.name = :task" if task is not None else ""])
 
@@ -176,7 +177,7 @@ class _Finder:
 
     def _matching_messages(self) -> list[int] | None:
         """The messages holding the needle, or None when there are more than CANDIDATES."""
-        exact = _CONTAINS[self.backend].format(col="m.content")
+        exact = self._listing_test("m.content", self.index.present)
         sql = f"SELECT m.id FROM messages m WHERE {exact}"
         if self.use_fts:
             # The index narrows the messages it covers to candidates (it folds case more widely
@@ -191,7 +192,11 @@ class _Finder:
         """The trials whose verifier output holds the needle, or None when more than CANDIDATES."""
         return self._listed(f"SELECT tr.id FROM trials tr JOIN runs r ON r.id = tr.run_id "
                             f"LEFT JOIN tasks tk ON tk.id = tr.task_id "
-                            f"WHERE {_CONTAINS[self.backend].format(col='tr.verifier_output')}{self.filters}")
+                            f"WHERE {self._listing_test('tr.verifier_output', self.index.verifier)}{self.filters}")
+
+    def _listing_test(self, col: str, indexed: bool) -> str:
+        exact = _CONTAINS[self.backend].format(col=col)
+        return f"{_TRIGRAM.format(col=col)} AND {exact}" if self.backend == "postgresql" and indexed else exact
 
     def _listed(self, sql: str) -> list[int] | None:
         rows = self._fetch(f"{sql} LIMIT {CANDIDATES + 1}")
@@ -375,6 +380,7 @@ def snippet_within(snippet: str, width: int, needle: str) -> str:
 @dataclass
 class IndexStatus:
     present: bool
+    verifier: bool = False  # PostgreSQL: the index on verifier output too (built since 2026-12)
     indexed_through: int = 0  # SQLite: the largest message id the index holds
     unindexed: int = 0  # SQLite: messages that arrived after it (searches scan them)
 
@@ -388,8 +394,9 @@ def index_status(url: URL | str, *, timeout: float = DEFAULT_TIMEOUT) -> IndexSt
 
 def _index_status(session: ReadSession, backend: str) -> IndexStatus:
     if backend == "postgresql":
-        found = session.fetch("SELECT count(*) FROM pg_indexes WHERE indexname = :name", {"name": PG_INDEX})
-        return IndexStatus(present=bool(found.rows[0][0]))
+        found = dict(session.fetch("SELECT indexname, 1 FROM pg_indexes WHERE indexname IN (:a, :b)",
+                                   {"a": PG_INDEX, "b": PG_VERIFIER_INDEX}).rows)
+        return IndexStatus(present=PG_INDEX in found, verifier=PG_VERIFIER_INDEX in found)
     found = session.fetch("SELECT count(*) FROM sqlite_master WHERE name = :name", {"name": FTS_TABLE})
     if not found.rows[0][0]:
         return IndexStatus(present=False)
