@@ -583,6 +583,23 @@ class _RowBuilder:
             yield from self.conn.execute(stmt.where(column.in_(ids[start:start + IN_CHUNK])))
 
 
+def unit_rows(conn: Connection, load_id: int, trial_id: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """A Hub unit's rows of one trial, as they were in its shard: (row number, the row as a
+    one-row batch of the shard's own schema), in row order. What `sources delete` reads to
+    place a trial's rows again without another source's."""
+    schema_text = conn.execute(select(LOADS.c.arrow_schema).where(LOADS.c.id == load_id)).scalar_one()
+    schema = schema_from_json(schema_text)
+    chunk = conn.execute(
+        select(EPISODE_LOADS.c.load_id, EPISODE_LOADS.c.row_number, EPISODE_LOADS.c.episode_id, True,
+               EPISODE_LOADS.c.extra, EPISODES.c.trace_source)
+        .join(EPISODES, EPISODES.c.id == EPISODE_LOADS.c.episode_id)
+        .where(EPISODE_LOADS.c.load_id == load_id, EPISODES.c.trial_id == trial_id)
+        .order_by(EPISODE_LOADS.c.row_number)).all()
+    for row, (values, _) in zip(chunk, _RowBuilder(conn)._chunk(chunk)):
+        yield row[1], pa.RecordBatch.from_arrays([from_json([values.get(f.name)], f.type, f.name) for f in schema],
+                                                 schema=schema)
+
+
 def _message(role: str, message_id: int | None, extra: dict | None, texts: dict[int, str]) -> dict[str, Any]:
     """One conversation struct: role, content (null when the source had null) and any other
     fields the source's struct had (kept in turns.extra)."""

@@ -35,14 +35,15 @@ def delete(
 
     Says what will go and asks on a terminal; without one it refuses unless --yes. Refused,
     with nothing changed, where the warehouse cannot tell what a shared trial is without the
-    source (a trace directory's trial, or fields its sources disagree on).
+    source (a trial two trace directories hold, or a value only the source gave a trace
+    directory's trial).
 
     Examples:
 
     \b
       warehouse sources delete sample --yes
     """
-    from ingest.write.removal import delete_source, source_removal
+    from ingest.take_back import delete_source, source_removal
     from warehouse.errors import WarehouseError
 
     with write_transaction(ctx) as conn:  # counted under the lock, asked after it is let go

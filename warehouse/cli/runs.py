@@ -133,7 +133,7 @@ def delete(
       warehouse runs delete 9f8c2915 --yes
       warehouse runs delete sample-b421acf4 --yes
     """
-    from ingest.write.removal import delete_run, run_removal
+    from ingest.take_back import delete_run, run_removal
     from warehouse.runs import resolve_run
 
     with write_transaction(ctx) as conn:  # counted under the lock, asked after it is let go
