@@ -231,23 +231,26 @@ def _unsure(conn: Connection, units: list[int], shared: list[int]) -> str | None
     """Why the stored rows cannot tell what a shared trial is without these units, if they
     cannot. A trial only datasets hold besides them is made again from those datasets' rows
     (_replay); one another trace directory holds stays that directory's, which cannot be told
-    when these units hold a trace directory's version of it too, or when one of its fields has
-    the value only these units gave (the other units that have its column disagree, or none
-    has it). A field these units disagreed on keeps the value it has."""
+    when these units hold another version of its trial folder (one whose contents hash
+    otherwise), or when one of its fields has the value only these units gave (the other
+    units that have its column disagree, or none has it). A field these units disagreed on
+    keeps the value it has."""
     traced = sorted(_traced(conn, shared, units))
     if not traced:
         return None
     ours = set(units)
     twice, alone = set(), set()
     columns_of: dict[int, frozenset[str] | None] = {}  # None: a trace directory's unit
+    hash_of: dict[int, str] = {}
     for ids in chunks(traced):
         holders: dict[int, list[int]] = {}
-        for trial_id, load_id, schema in conn.execute(
-                select(_TRIAL_LOADS.c.trial_id, _LOADS.c.id, _LOADS.c.arrow_schema)
+        for trial_id, load_id, schema, content_hash in conn.execute(
+                select(_TRIAL_LOADS.c.trial_id, _LOADS.c.id, _LOADS.c.arrow_schema, _LOADS.c.content_hash)
                 .join(_LOADS, _LOADS.c.id == _TRIAL_LOADS.c.load_id).where(_TRIAL_LOADS.c.trial_id.in_(ids))):
             holders.setdefault(trial_id, []).append(load_id)
             if load_id not in columns_of:
                 columns_of[load_id] = None if schema is None else shard_columns(schema)
+                hash_of[load_id] = content_hash
         disputed: dict[int, set[tuple[int, str]]] = {}
         for trial_id, load_id, field in conn.execute(
                 select(_CONFLICTS.c.entity_id, _CONFLICTS.c.load_id, _CONFLICTS.c.field)
@@ -255,7 +258,10 @@ def _unsure(conn: Connection, units: list[int], shared: list[int]) -> str | None
             disputed.setdefault(trial_id, set()).add((load_id, field))
         values = {row.id: row for row in conn.execute(select(_TRIALS).where(_TRIALS.c.id.in_(ids)))}
         for trial_id, loads in holders.items():
-            if any(columns_of[load] is None for load in loads if load in ours):
+            # A trial folder these units hold is the same as another source's (the same job
+            # loaded from two places) when their contents hash alike: nothing of it is lost.
+            kept = {hash_of[load] for load in loads if load not in ours and columns_of[load] is None}
+            if any(columns_of[load] is None and hash_of[load] not in kept for load in loads if load in ours):
                 twice.add(trial_id)
                 continue
             said = disputed.get(trial_id, set())
@@ -271,7 +277,8 @@ def _unsure(conn: Connection, units: list[int], shared: list[int]) -> str | None
                     alone.add(trial_id)
     if twice:
         return (f"{len(twice):,} trial{'s' * (len(twice) != 1)} of its trace directories "
-                f"{'are' if len(twice) != 1 else 'is'} also held by another source's trace directory")
+                f"{'are' if len(twice) != 1 else 'is'} also held, as another version, by another source's trace "
+                f"directory")
     if alone:
         return (f"{len(alone):,} trial{'s' * (len(alone) != 1)} it shares with a trace directory "
                 f"{'have' if len(alone) != 1 else 'has'} values only it gave")

@@ -30,6 +30,7 @@ from warehouse.search import build_index, search
 
 RUNS = ["run-a", "run-b", "run-c"]
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sample"
+JOB = Path(__file__).resolve().parent / "fixtures" / "harbor" / "jobs" / "pinchbench-147-kimi2.6"
 RUNS_OF_SAMPLE = ("9f8c2915-4688-461a-8cba-3901225a1cb2", "b421acf4-22ff-44ae-abea-d6ef824bc737")
 LOAD_KEY = ("source", "unit", "content_hash")
 
@@ -154,6 +155,25 @@ def test_a_duplicated_source_taken_back_leaves_the_other_alone(db_url, engine, t
         assert canonical.differences(_state(once, RUNS_OF_SAMPLE), _state(db_url, RUNS_OF_SAMPLE)) == []
 
 
+def test_a_job_loaded_from_two_places_taken_back_once(db_url, engine, tmp_path, backend, request):
+    """The same trace job at two paths (two sources whose trial folders hash alike), then a
+    dataset of another run: taking back either copy of the job leaves what one load of it makes."""
+    from ingest.pipeline import ingest
+
+    first, second = tmp_path / "a" / JOB.name, tmp_path / "b" / JOB.name
+    for where in (first, second):
+        shutil.copytree(JOB, where)
+
+    for gone, kept in ((second, first), (first, second)):
+        with another_warehouse(backend, tmp_path / f"both-{gone.parent.name}", request,
+                               lambda e: [ingest(e, [str(p)]) for p in (first, second, SAMPLE)]) as both:
+            done = run_cli(both, "sources", "delete", str(gone), "--yes")
+            assert done.returncode == 0, done.stderr
+            with another_warehouse(backend, tmp_path / f"once-{kept.parent.name}", request,
+                                   lambda e: [ingest(e, [str(p)]) for p in (kept, SAMPLE)]) as alone:
+                assert canonical.differences(_state(alone, RUNS_OF_SAMPLE), _state(both, RUNS_OF_SAMPLE)) == []
+
+
 def test_a_source_of_its_own_goes_whole(url, engine, backend, tmp_path, request):
     """The sample (two runs no other source holds) loaded beside the query fixture, then taken
     back: the query fixture alone."""
@@ -174,7 +194,7 @@ def test_a_trial_of_two_trace_directories_is_refused_and_nothing_changes(url):
     done = run_cli(url, "sources", "delete", "fixture-b", "--yes")
     assert done.returncode == 1
     assert done.stderr.strip() == ("Error: source 'fixture-b' cannot be taken back: 1 trial of its trace directories "
-                                   "is also held by another source's trace directory; nothing done")
+                                   "is also held, as another version, by another source's trace directory; nothing done")
     assert run_cli(url, "sources", "delete", "no-such-source", "--yes").stderr.strip() == \
         "Error: no source 'no-such-source' (`warehouse sources` lists them)"
     assert _state(url) == before
