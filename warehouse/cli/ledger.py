@@ -35,8 +35,8 @@ def delete(
 
     Says what will go and asks on a terminal; without one it refuses unless --yes. Refused,
     with nothing changed, where the warehouse cannot tell what a shared trial is without the
-    source (a trial two trace directories hold, or a value only the source gave a trace
-    directory's trial).
+    source (a trial folder another source holds in another version, or a value only the
+    source gave a trace directory's trial).
 
     Examples:
 
