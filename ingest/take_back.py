@@ -52,13 +52,7 @@ class RunRemoval:
 
 
 def run_removal(conn: Connection, run_id: int) -> RunRemoval:
-    trial_ids = select(_TRIALS.c.id).where(_TRIALS.c.run_id == run_id)
-    episodes = select(_EPISODES.c.id, _EPISODES.c.n_turns).where(_EPISODES.c.trial_id.in_(trial_ids)).subquery()
-    n_episodes, n_turns = conn.execute(select(func.count(), func.coalesce(func.sum(episodes.c.n_turns), 0))).one()
-    units = _units_only_of(conn, run_id)
-    sources = _sources_only_of(conn, units)
-    return RunRemoval(conn.execute(select(func.count()).select_from(trial_ids.subquery())).scalar_one(),
-                      n_episodes, int(n_turns), len(units), len(sources))
+    return _run_plan(conn, run_id)[0]
 
 
 def delete_run(conn: Connection, run_id: int) -> RunRemoval:
@@ -68,9 +62,7 @@ def delete_run(conn: Connection, run_id: int) -> RunRemoval:
     refers to; inside the caller's transaction (the whole delete commits or nothing does). A
     unit that also holds another run's trials stays in the ledger, so a later ingest of it does
     not bring the run back; a unit that goes is loaded again by a later ingest."""
-    removal = run_removal(conn, run_id)
-    units = _units_only_of(conn, run_id)
-    sources = _sources_only_of(conn, units)
+    removal, units, sources = _run_plan(conn, run_id)
     trial_ids = list(conn.execute(select(_TRIALS.c.id).where(_TRIALS.c.run_id == run_id)).scalars())
     delete_in(conn, _CONFLICTS, _CONFLICTS.c.load_id, units)
     keys = remove(conn, trial_ids)
@@ -79,6 +71,17 @@ def delete_run(conn: Connection, run_id: int) -> RunRemoval:
     _delete_empty_run(conn, run_id)
     drop_unused_tasks(conn, (task_id for _, task_id in keys))
     return removal
+
+
+def _run_plan(conn: Connection, run_id: int) -> tuple[RunRemoval, list[int], list[int]]:
+    """What deleting the run takes away, with the units and sources that go with it."""
+    trial_ids = select(_TRIALS.c.id).where(_TRIALS.c.run_id == run_id)
+    episodes = select(_EPISODES.c.id, _EPISODES.c.n_turns).where(_EPISODES.c.trial_id.in_(trial_ids)).subquery()
+    n_episodes, n_turns = conn.execute(select(func.count(), func.coalesce(func.sum(episodes.c.n_turns), 0))).one()
+    units = _units_only_of(conn, run_id)
+    sources = _sources_only_of(conn, units)
+    n_trials = conn.execute(select(func.count()).select_from(trial_ids.subquery())).scalar_one()
+    return RunRemoval(n_trials, n_episodes, int(n_turns), len(units), len(sources)), units, sources
 
 
 @dataclass(frozen=True)
@@ -93,10 +96,29 @@ class SourceRemoval:
 
 
 def source_removal(conn: Connection, source_id: int) -> SourceRemoval:
-    units = list(conn.execute(select(_LOADS.c.id).where(_LOADS.c.source_id == source_id)).scalars())
-    only, shared = _trials_of_source(conn, units)
-    return SourceRemoval(len(units), len(only), len(shared), len(_runs_left_empty(conn, only)),
-                         _unsure(conn, units, shared))
+    return _SourcePlan.of(conn, source_id).removal
+
+
+@dataclass(frozen=True)
+class _SourcePlan:
+    """What taking back a source works from: its units, the trials only they hold, those
+    others hold too (and of these, those another trace directory holds), the runs left empty."""
+
+    units: list[int]
+    only: list[int]
+    shared: list[int]
+    traced: set[int]
+    runs: list[int]
+    removal: SourceRemoval
+
+    @classmethod
+    def of(cls, conn: Connection, source_id: int) -> "_SourcePlan":
+        units = list(conn.execute(select(_LOADS.c.id).where(_LOADS.c.source_id == source_id)).scalars())
+        only, shared = _trials_of_source(conn, units)
+        traced = _traced(conn, shared, units)
+        runs = _runs_left_empty(conn, only)
+        removal = SourceRemoval(len(units), len(only), len(shared), len(runs), _unsure(conn, units, sorted(traced)))
+        return cls(units, only, shared, traced, runs, removal)
 
 
 def delete_source(conn: Connection, source_id: int) -> SourceRemoval:
@@ -112,13 +134,12 @@ def delete_source(conn: Connection, source_id: int) -> SourceRemoval:
     from warehouse import summaries
     from warehouse.errors import WarehouseError
 
-    removal = source_removal(conn, source_id)
-    if removal.refused:
-        raise WarehouseError(removal.refused)
-    units = list(conn.execute(select(_LOADS.c.id).where(_LOADS.c.source_id == source_id)).scalars())
-    only, shared = _trials_of_source(conn, units)
+    plan = _SourcePlan.of(conn, source_id)
+    if plan.removal.refused:
+        raise WarehouseError(plan.removal.refused)
+    units, only, shared, traced, runs = plan.units, plan.only, plan.shared, plan.traced, plan.runs
+    ours = set(units)
     messages = messages_of(conn, shared)
-    traced = _traced(conn, shared, units)
     if traced:
         # A trial another trace directory holds stays that directory's: the source's Hub rows
         # are taken off it and the others' placed again (_unsure checked that its fields stay).
@@ -126,7 +147,7 @@ def delete_source(conn: Connection, source_id: int) -> SourceRemoval:
         try:
             for trial_id in sorted(traced):
                 taken = take_up(w, trial_id)
-                taken.rows = [row for row in taken.rows if row.load_id not in set(units)]
+                taken.rows = [row for row in taken.rows if row.load_id not in ours]
                 place(w, trial_id, taken)
             w.flush()
             summaries.refresh(conn, units[0], w.touched_trials | traced, (), ())
@@ -137,7 +158,6 @@ def delete_source(conn: Connection, source_id: int) -> SourceRemoval:
             _replay(conn, trial_id, units)
     delete_in(conn, _CONFLICTS, _CONFLICTS.c.load_id, units)
     delete_in(conn, _EPISODE_LOADS, _EPISODE_LOADS.c.load_id, units)
-    runs = _runs_left_empty(conn, only)
     keys = remove(conn, only)
     # The names the source's trace directories give their runs (the folder holding each trial).
     folders = {run_name_for(TraceUnit(Path(uri) / unit, "trial")) for uri, unit in conn.execute(
@@ -156,15 +176,15 @@ def delete_source(conn: Connection, source_id: int) -> SourceRemoval:
         # A name the source gave goes with it: the run is named as the others name it (a trace
         # directory's folder, else the first dataset's name: warehouse.runs.dataset_names).
         if run_id not in runs and name in given[run_id]:
-            traced, named = dataset_names(conn, run_id, run_key)
-            if not traced and name not in named:
+            by_trace, named = dataset_names(conn, run_id, run_key)
+            if not by_trace and name not in named:
                 conn.execute(update(_RUNS).where(_RUNS.c.id == run_id).values(name=named[0] if named else None))
     left = {(run_id, task_id) for run_id, task_id in keys if run_id not in runs}
     if left:
         summaries.refresh(conn, units[0], (), (), left)
     drop_unused_tasks(conn, (task_id for _, task_id in keys))
     drop_unused_messages(conn, messages)
-    return removal
+    return plan.removal
 
 
 def _traced(conn: Connection, trial_ids: list[int], units: list[int]) -> set[int]:
@@ -227,15 +247,14 @@ def _trials_of_source(conn: Connection, units: list[int]) -> tuple[list[int], li
 _FIELD_COLUMNS = {**FIELD_COLUMNS, "reward": "result", "exception_type": "result", "started_at": "date"}
 
 
-def _unsure(conn: Connection, units: list[int], shared: list[int]) -> str | None:
+def _unsure(conn: Connection, units: list[int], traced: list[int]) -> str | None:
     """Why the stored rows cannot tell what a shared trial is without these units, if they
-    cannot. A trial only datasets hold besides them is made again from those datasets' rows
-    (_replay); one another trace directory holds stays that directory's, which cannot be told
-    when these units hold another version of its trial folder (one whose contents hash
-    otherwise), or when one of its fields has the value only these units gave (the other
-    units that have its column disagree, or none has it). A field these units disagreed on
-    keeps the value it has."""
-    traced = sorted(_traced(conn, shared, units))
+    cannot (`traced`: the shared trials another trace directory holds). A trial only datasets
+    hold besides them is made again from those datasets' rows (_replay); one another trace
+    directory holds stays that directory's, which cannot be told when these units hold another
+    version of its trial folder (one whose contents hash otherwise), or when one of its fields
+    has the value only these units gave (the other units that have its column disagree, or
+    none has it). A field these units disagreed on keeps the value it has."""
     if not traced:
         return None
     ours = set(units)
