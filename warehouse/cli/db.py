@@ -10,6 +10,7 @@ import typer
 
 from warehouse.cli.app import app as root
 from warehouse.cli.context import state
+from warehouse.cli.writing import confirm
 from warehouse.db import integrity, schema
 from warehouse.db.engine import redact
 from warehouse.db.session import read_transaction
@@ -78,12 +79,9 @@ def downgrade(
     where = redact(st.url)
     _ours(st)  # a database of another program's tables: Alembic would add its version table
     losses = schema.downgrade_losses(st.engine, revision)
-    if losses and not yes:
+    if losses:
         what = f"downgrading {where} to {revision} would delete {losses}"
-        if not sys.stdin.isatty():
-            raise WarehouseError(f"{what}: nothing done (pass --yes to go ahead)")
-        if not typer.confirm(f"{what}. Go ahead?", default=False, err=True):
-            raise WarehouseError("downgrade cancelled: nothing done")
+        confirm(what, yes, question=f"{what}. Go ahead?", cancelled="downgrade")
     schema.downgrade(st.engine, revision)
     typer.echo(f"{where}: now at {schema.current_revision(st.engine) or 'base'}", err=True)
 

@@ -11,7 +11,7 @@ import typer
 from warehouse.cli.app import app
 from warehouse.cli.output import echo_err
 from warehouse.cli.query import register
-from warehouse.cli.runs import confirm, write_transaction
+from warehouse.cli.writing import confirm, write_transaction
 from warehouse.queries import QUERIES
 
 sources_app = typer.Typer()
@@ -52,7 +52,7 @@ def delete(
     if removal.refused:
         raise WarehouseError(f"source {name!r} cannot be taken back: {removal.refused}; nothing done")
     what = _removal_text(name, removal)
-    confirm(f"delete {what}", yes)
+    confirm(f"delete {what}", yes, question=f"delete {what}?", cancelled="delete")
     with write_transaction(ctx) as conn:
         source_id, name = _source(conn, source)
         done = delete_source(conn, source_id)

@@ -9,6 +9,7 @@ import typer
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
+from warehouse.cli.writing import confirm, write_transaction
 
 runs_app = typer.Typer(invoke_without_command=True, help="""The runs: key, name, labels, trials, pass rate, sources.
 
@@ -49,22 +50,6 @@ def list_runs(
     with readonly_session(state(ctx).read_engine().url) as session:  # (its SQLite has string_agg)
         columns, rows = listing(session.connection, sort)
     write_rows(columns, rows, fmt, wide=wide)
-
-
-def write_transaction(ctx: typer.Context):
-    """One write transaction under the ingest write lock (so it never meets an ingest's)."""
-    from contextlib import contextmanager
-
-    from ingest.write.bulk import lock_for_writing
-    from warehouse.db.session import write_transaction
-
-    @contextmanager
-    def transaction():
-        with write_transaction(state(ctx).write_engine()) as conn:
-            lock_for_writing(conn)
-            yield conn
-
-    return transaction()
 
 
 @runs_app.command("rename")
@@ -139,26 +124,11 @@ def delete(
     with write_transaction(ctx) as conn:  # counted under the lock, asked after it is let go
         ref = resolve_run(conn, run)
         what = _removal_text(ref, run_removal(conn, ref.id))
-    confirm(f"delete {what}", yes)
+    confirm(f"delete {what}", yes, question=f"delete {what}?", cancelled="delete")
     with write_transaction(ctx) as conn:
         ref = resolve_run(conn, ref.run_key)  # (gone since, by another hand: said as for any unknown run)
         done = delete_run(conn, ref.id)
     echo_err(f"deleted {_removal_text(ref, done)}")
-
-
-def confirm(action: str, yes: bool) -> None:
-    """Go ahead with `action` ("delete …") if --yes was given or a person at the terminal says
-    so; else a one-line refusal, nothing done (as `db downgrade` does)."""
-    import sys
-
-    from warehouse.errors import WarehouseError
-
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise WarehouseError(f"{action}: nothing done (pass --yes to go ahead)")
-    if not typer.confirm(f"{action}?", default=False, err=True):
-        raise WarehouseError(f"{action.split()[0]} cancelled: nothing done")
 
 
 def _removal_text(ref, removal) -> str:
