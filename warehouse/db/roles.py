@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
 
 PREFIX = "warehouse_reader_"
 _LONGEST = 63  # bytes in a PostgreSQL identifier (NAMEDATALEN - 1); longer ones are cut
 _HASH = 12  # hex digits of SHA-256: names that need one never meet by chance
-_DEADLOCK_TRIES = 5
 
 # Whether a role may read the warehouse in this database: it may use the schema and read the
 # version table (NULL, so false, where there is none). Asked by readonly and reader_role_note.
@@ -107,15 +104,7 @@ def grant(conn: Connection) -> None:
                 END;
             END LOOP;
         END $$"""
-    # Roles and memberships are the whole server's: two databases upgraded at once can deadlock
-    # on them (seen in CI, two `db upgrade`s side by side); the server cancels one, which tries
-    # again from its savepoint.
-    for attempt in range(_DEADLOCK_TRIES):
-        try:
-            with conn.begin_nested():
-                conn.exec_driver_sql(block)
-            return
-        except DBAPIError as exc:
-            if getattr(exc.orig, "sqlstate", None) != "40P01" or attempt == _DEADLOCK_TRIES - 1:
-                raise
-            time.sleep(0.05 * (attempt + 1))
+    # Roles are the whole server's: another database's upgrade may deadlock with this one on
+    # them, or drop a role this block has just looked up; schema._run runs the whole migration
+    # transaction again (schema._role_race).
+    conn.exec_driver_sql(block)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import random
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
 from warehouse.db.engine import make_engine, redact
 from warehouse.errors import SchemaError, first_line
@@ -28,6 +30,8 @@ MIGRATION_LOCK = 0x77686462  # "whdb"; distinct from the ingest write lock (inge
 # it is a constant rather than read from the scripts: importing Alembic costs a tenth of a
 # second that a re-ingest or a query should not pay. test_migrations keeps it honest.
 HEAD_REVISION = "0015"
+
+ROLE_RACE_TRIES = 6  # runs of one migration transaction that another database's raced (_role_race)
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -89,14 +93,30 @@ def _run(engine: Engine, fn, *args) -> None:
     # while it rebuilds tables.
     migration_engine = make_engine(engine.url, for_migrations=True)
     try:
-        with migration_engine.connect() as conn, conn.execution_options(sqlite_write=True).begin():
-            if conn.dialect.name == "postgresql":
-                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-            cfg = alembic_config(migration_engine)
-            cfg.attributes["connection"] = conn
-            fn(cfg, *args)
+        for attempt in range(ROLE_RACE_TRIES):
+            try:
+                with migration_engine.connect() as conn, conn.execution_options(sqlite_write=True).begin():
+                    if conn.dialect.name == "postgresql":
+                        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+                    cfg = alembic_config(migration_engine)
+                    cfg.attributes["connection"] = conn
+                    fn(cfg, *args)
+                return
+            except DBAPIError as exc:
+                if not _role_race(exc) or attempt == ROLE_RACE_TRIES - 1:
+                    raise
+                time.sleep(random.uniform(0.02, 0.1) * (attempt + 1))
     finally:
         migration_engine.dispose()
+
+
+def _role_race(exc: DBAPIError) -> bool:
+    """A failure that says another database's migration changed the server's roles meanwhile
+    (the advisory lock is per database; roles are not): a deadlock on them, or a role this
+    transaction had looked up and another dropped (0011 drops 0007's role; a warehouse dropped
+    takes its reader with it). The transaction was rolled back whole, so it may simply run again."""
+    state = getattr(exc.orig, "sqlstate", None)
+    return state == "40P01" or (state == "42704" and "role" in str(exc.orig))
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
