@@ -15,13 +15,14 @@ from pathlib import Path
 
 import psycopg
 
+import forked_cli
+
 CLI = [sys.executable, "-m", "warehouse"]
 SUMMARY_RE = re.compile(r"units: (\d+) loaded, (\d+) skipped \(already loaded\), (\d+) failed")
 
 
 def run_cli(db_url: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, "--db", db_url, *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return forked_cli.run(["--db", db_url, *args], timeout=timeout)
 
 
 def start_cli(db_url: str, *args: str, new_session: bool = False) -> subprocess.Popen:

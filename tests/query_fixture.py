@@ -20,11 +20,11 @@ Every other trial has one episode: user "do it", assistant "done" (2 turns, 9 ch
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+import forked_cli
 from ingest.shape.records import Episode, Trial, Turn
 from ingest.write import writer
 
@@ -121,5 +121,4 @@ def _numbered(trials: list[Trial]) -> list[Trial]:
 
 
 def cli(db_url: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "warehouse", "--db", db_url, *args],
-                          capture_output=True, text=True, input=stdin, timeout=120)
+    return forked_cli.run(["--db", db_url, *args], input=stdin, timeout=120)

@@ -28,8 +28,10 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
 from sqlalchemy.engine import URL, make_url
 
+import forked_cli
 from procs import CLI
 from warehouse.db import schema
 from warehouse.db.engine import ENV_VAR, redact, resolve_url
@@ -232,8 +234,7 @@ def _run(db: str | None, args: list[str], env_db: bool) -> subprocess.CompletedP
         env[ENV_VAR] = db
     elif db is not None:
         options = ["--db", db]
-    return subprocess.run([*CLI, *options, *args], capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL, env=env)
+    return forked_cli.run([*options, *args], timeout=120, env=env)
 
 
 @pytest.mark.parametrize("case,backend", list(_params()))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import cli_tree
+import forked_cli
 from ingest.pipeline import ingest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,8 +68,7 @@ def _cli(*args: str, env_db: str | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "WAREHOUSE_DB"}
     if env_db is not None:
         env["WAREHOUSE_DB"] = env_db
-    return subprocess.run([sys.executable, "-m", "warehouse", *args], env=env, capture_output=True,
-                          text=True, timeout=180, stdin=subprocess.DEVNULL)
+    return forked_cli.run(list(args), env=env, timeout=180)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from datetime import date, datetime, timezone
 from decimal import Decimal
@@ -17,8 +16,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+
 from sqlalchemy import text
 
+import forked_cli
 from helpers import CONVERSATIONS, TABLES, counts, hub_row, write_shard
 from ingest.pipeline import ingest
 from ingest.shape.records import Episode, Trial, Turn
@@ -504,7 +505,7 @@ def test_export_tables_read_back_with_pyarrow(engine, tmp_path):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "warehouse", *args], capture_output=True, text=True)
+    return forked_cli.run(list(args))
 
 
 def test_cli_export_hub_and_tables(engine, db_url, tmp_path):

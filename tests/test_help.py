@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import cli_tree
+import forked_cli
 
 REPO = Path(__file__).resolve().parent.parent
 LOWEST = REPO / ".ci" / "typer-lowest"
@@ -72,8 +73,7 @@ def test_the_typers_tested_are_the_ends_of_the_range(typer):
 
 
 def _help(typer: str, path: tuple[str, ...]) -> str:
-    done = subprocess.run([sys.executable, "-m", "warehouse", *path, "--help"], env=_env(typer),
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    done = forked_cli.run([*path, "--help"], env=_env(typer), timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

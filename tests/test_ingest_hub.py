@@ -13,8 +13,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from sqlalchemy import text
 
+import forked_cli
 from helpers import conversation_of, counts, hub_row, write_shard
 from ingest.pipeline import _prepared_batches, ingest
 from tools.generate import generate_dataset
@@ -422,7 +424,7 @@ def test_single_parquet_file_and_hf_cache_names(engine, tmp_path):
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "warehouse", *args], capture_output=True, text=True, cwd=cwd)
+    return forked_cli.run(list(args), cwd=cwd and str(cwd))
 
 
 def test_cli_ingest_summary_and_errors(db_url, tmp_path):

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
+import forked_cli
 from ingest.pipeline import ingest
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
@@ -132,7 +133,7 @@ def test_foreign_database_is_refused(empty_engine):
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "warehouse", *args], capture_output=True, text=True, env=env)
+    return forked_cli.run(list(args), env=env)
 
 
 def test_cli_upgrade_current_is_idempotent(empty_db_url):
