@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import warehouse
 from ingest.shape.records import Episode, Trial, Turn
 from ingest.write import writer
 from sqlalchemy import text
@@ -136,7 +137,7 @@ class Opened:
             if (!d) return [id, null];
             return [id, {plotted: d.classList.contains('js-plotly-plot') && d.querySelector('.main-svg') !== null,
                          drawn: d.querySelectorAll('.point, .hm image').length,
-                         data: (d.data || []).map(t => ({name: t.name, type: t.type, x: t.x, y: t.y, z: t.z,
+                         data: (d.data || []).map(t => ({name: t.name, type: t.type, mode: t.mode, x: t.x, y: t.y, z: t.z,
                                                        error_y: t.error_y || null, marker: t.marker || null}))}];
         }))""", list(CHARTS))
 
@@ -187,6 +188,7 @@ def test_report_of_a_sweep_draws_every_chart_offline(sweep, opened, tmp_path):
     names = [f"ckpt-{step}" for step in STEPS]  # natural order, not the run keys' order
     [curve] = charts["pass-rate"]["data"]
     assert curve["x"] == names
+    assert curve["mode"] == "markers"  # runs are points: a line would join unrelated runs
     assert curve["y"] == pytest.approx([0.1, 0.3, 0.5, 0.7, 0.9])
     intervals = [clustered([r]) for r in range(5)]  # (1 + 2r) of 10 tasks' 4 attempts each
     assert curve["error_y"]["arrayminus"] == pytest.approx([p - low for p, (low, _) in zip(curve["y"], intervals)])
@@ -241,15 +243,43 @@ def test_by_label_draws_the_curve_in_the_label_order(sweep, opened, tmp_path):
     [curve] = opened(out).charts()["pass-rate"]["data"]
     assert curve["x"] == [str(step) for step in STEPS]  # as numbers: 200 before 1000
     assert curve["y"] == pytest.approx([0.1, 0.3, 0.5, 0.7, 0.9])
+    assert curve["mode"] == "lines+markers"  # one label's values: a sweep, read along its line
     done = report(sweep, out, "--by", "label:lr", "--force")  # two runs have it, three make "(none)"
     assert done.returncode == 0, done.stderr
-    [curve] = opened(out).charts()["pass-rate"]["data"]
-    assert curve["x"] == ["3e-5", "(none)"]
-    assert curve["y"] == pytest.approx([(28 + 36) / 80, (4 + 12 + 20) / 120])
-    lows, highs = curve["error_y"]["arrayminus"], curve["error_y"]["array"]
+    # "(none)" is no value of the label: a point of its own, not joined to the sweep's line.
+    swept, none = opened(out).charts()["pass-rate"]["data"]
+    assert (swept["x"], swept["mode"], none["x"], none["mode"]) == (["3e-5"], "lines+markers", ["(none)"], "markers")
+    y = swept["y"] + none["y"]
+    assert y == pytest.approx([(28 + 36) / 80, (4 + 12 + 20) / 120])
+    lows = swept["error_y"]["arrayminus"] + none["error_y"]["arrayminus"]
+    highs = swept["error_y"]["array"] + none["error_y"]["array"]
     expected = [clustered([3, 4]), clustered([0, 1, 2])]
-    assert [y - low for y, low in zip(curve["y"], lows)] == pytest.approx([low for low, _ in expected])
-    assert [y + high for y, high in zip(curve["y"], highs)] == pytest.approx([high for _, high in expected])
+    assert [v - low for v, low in zip(y, lows)] == pytest.approx([low for low, _ in expected])
+    assert [v + high for v, high in zip(y, highs)] == pytest.approx([high for _, high in expected])
+
+
+def test_a_solve_matrix_of_more_tasks_than_it_draws_names_every_row_and_says_what_it_left_out(
+        sweep, opened, tmp_path, monkeypatch):
+    """Every row drawn is named (past 120 rows the names used to be hidden); past MATRIX_TASKS
+    the hardest are drawn and the note says how many of how many, and how to narrow."""
+    from warehouse import report as report_module
+
+    out = tmp_path / "r.html"
+    monkeypatch.setattr(report_module, "MATRIX_TASKS", 4)
+    with warehouse.open(sweep) as wh:
+        report_module.write_report(wh.read_engine(), out)
+    view = opened(out)
+    [heat] = view.charts()["solve-matrix"]["data"]
+    solved = {task: 0 for task in TASKS}
+    for _, trials in sweep_trials().values():
+        for trial in trials:
+            solved[trial.task_name] += trial.reward == 1.0
+    shown = [html.unescape(label) for label in heat["y"]]
+    assert len(shown) == 4 and sorted(solved[task] for task in shown) == sorted(solved.values())[:4]
+    ticks = view.page.evaluate("[...document.querySelectorAll('#solve-matrix .ytick text')].map(t => t.textContent)")
+    assert sorted(ticks) == sorted(shown)
+    assert "Showing the 4 hardest of 10 tasks: narrow with --task, --run or --label" in \
+        view.page.inner_text("#section-solve-matrix")
 
 
 def test_by_model_groups_the_curve(sweep, tmp_path):

@@ -159,7 +159,7 @@ def render(data: ReportData, *, source: str, narrowed: str = "") -> tuple[str, t
          "Holm-adjusted over every pair)."),
         ("solve-matrix", "Solve matrix", solve_matrix_figure(data.solve_matrix, titles, order),
          "Share of each task's attempts that succeeded, per run; hardest tasks (fewest successes "
-         "over all runs) on top, blank where a run did not attempt the task."),
+         "over all runs) on top, blank where a run did not attempt the task." + solve_matrix_note(data.solve_matrix)),
         ("failures", "Failures", failures_figure(data.failures, titles, order),
          "Trials that ended in an exception, by type."),
         ("lengths", "Trajectory lengths", lengths_figure(data.lengths, titles, order),
@@ -265,15 +265,38 @@ def pass_rate_figure(result: ReadResult, by: str, titles: Mapping[str, str], ord
              + (f" in {row['runs']} run{_s(row['runs'])}" if "runs" in row else "")
              + f"<br>pass rate {row['pass_rate']:.1%}" + ("<br>tied with the best" if tie else "")
              for name, row, tie in zip(x, rows, ties)]
-    figure = go.Figure(go.Scatter(
-        x=[_e(name) for name in x], y=y, mode="lines+markers", name="pass rate",
-        error_y=dict(type="data", symmetric=False, array=high, arrayminus=low, thickness=1.5, width=6),
-        hovertext=hover, hoverinfo="text",
-        marker=dict(size=9, symbol=["circle" if tie else "circle-open" for tie in ties])))
+    # A line joins only what a sweep orders: the values of one label. Runs, models and agents
+    # are unrelated points, and the runs without the label, "(none)", are no step of the sweep.
+    swept = group not in ("run_key", "model", "agent")
+    traces = [[i for i, row in enumerate(rows) if not swept or row[group] is not None]]
+    traces.append([i for i in range(len(rows)) if i not in traces[0]])
+    figure = go.Figure([go.Scatter(
+        x=[_e(x[i]) for i in part], y=[y[i] for i in part],
+        mode="lines+markers" if swept and n == 0 else "markers", name="pass rate" if n == 0 else "(none)",
+        error_y=dict(type="data", symmetric=False, array=[high[i] for i in part],
+                     arrayminus=[low[i] for i in part], thickness=1.5, width=6),
+        hovertext=[hover[i] for i in part], hoverinfo="text", showlegend=False,
+        marker=dict(size=9, symbol=["circle" if ties[i] else "circle-open" for i in part]))
+        for n, part in enumerate(traces) if part])
     figure.update_layout(_layout(height=420), xaxis_title=_grouping(by),
                          yaxis=dict(title="pass rate", range=[0, 1.02], tickformat=".0%"))
-    figure.update_xaxes(type="category")
+    figure.update_xaxes(type="category", categoryorder="array", categoryarray=[_e(name) for name in x])
     return figure
+
+
+# The solve matrix's rows: each named, ROW_PIXELS high; past MATRIX_TASKS tasks only the hardest
+# are drawn (a taller heatmap outgrows what a browser draws as one image) and the note says so.
+MATRIX_TASKS = 500
+ROW_PIXELS = 16
+
+
+def solve_matrix_note(result: ReadResult) -> str:
+    """What the matrix leaves out, and how to narrow it; empty when it shows every task."""
+    tasks = len({row["task"] for row in _dicts(result)})
+    if tasks <= MATRIX_TASKS:
+        return ""
+    return (f" Showing the {MATRIX_TASKS:,} hardest of {tasks:,} tasks: narrow with --task, --run or "
+            f"--label to see the others.")
 
 
 def solve_matrix_figure(result: ReadResult, titles: Mapping[str, str], order: list[str]):
@@ -290,6 +313,7 @@ def solve_matrix_figure(result: ReadResult, titles: Mapping[str, str], order: li
         return None
     # Difficulty: the share of all of a task's attempts, over every run, that failed.
     tasks = sorted(totals, key=lambda task: (totals[task][1] / totals[task][0], natural_key(task)))
+    tasks = tasks[:MATRIX_TASKS]  # the hardest; render() says how many of how many
     runs = [key for key in order if any((task, key) in cells for task in tasks)]
     z, hover = [], []
     for task in tasks:
@@ -298,15 +322,15 @@ def solve_matrix_figure(result: ReadResult, titles: Mapping[str, str], order: li
         hover.append([f"{_e(task)}<br>{_e(titles.get(key, key))}<br>" + (
             "not attempted" if (task, key) not in cells else
             f"{cells[task, key][1]} of {cells[task, key][0]} attempts succeeded") for key in runs])
-    height = min(2400, max(320, 16 * len(tasks) + 160))
+    height = max(320, ROW_PIXELS * len(tasks) + 160)
     figure = go.Figure(go.Heatmap(
         z=z, x=[_e(titles.get(key, key)) for key in runs], y=[_e(task) for task in tasks],
         zmin=0, zmax=1, colorscale="Viridis", hovertext=hover, hoverinfo="text", xgap=1, ygap=1,
         colorbar=dict(title="solved", tickformat=".0%")))
     figure.update_layout(_layout(height=height))
     figure.update_xaxes(type="category", side="top")
-    # Hardest on top; past ~120 rows the names would overlap, so they show on hover only.
-    figure.update_yaxes(type="category", autorange="reversed", showticklabels=len(tasks) <= 120)
+    # Hardest on top, every row named: the page grows a row's height per task, and scrolls.
+    figure.update_yaxes(type="category", autorange="reversed", showticklabels=True, dtick=1)
     return figure
 
 
