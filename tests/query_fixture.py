@@ -37,6 +37,7 @@ C1_EP1 = C1_EP0 + [("user", "Déjà vu: ÉCOLE 100% done"), ("assistant", "1000 
 NUL_TEXT = "binary\x00data with needle-xyz inside"
 C2_TURNS = [("user", NUL_TEXT), ("assistant", "ok")]  # 2 turns, 36 chars
 VERIFIER_B = "FAILED: AssertionError: expected error"
+TIMEOUT_MESSAGE = "Agent execution timed out after 540.0 seconds"
 T0 = datetime(2024, 1, 1, 10, 0, tzinfo=timezone.utc)
 
 
@@ -62,7 +63,7 @@ def run_a() -> list[Trial]:
     ]
     trials += [
         _trial("run-a", "task2__a0", "task2", 0.5),
-        _trial("run-a", "task2__a1", "task2", None, exc="AgentTimeoutError"),
+        _trial("run-a", "task2__a1", "task2", None, exc="AgentTimeoutError", exception_message=TIMEOUT_MESSAGE),
         _trial("run-a", "task2__a2", "task2", 0.0),
         _trial("run-a", "shared", "task3", 1.0),
         _trial("run-a", "task3__a1", "task3", 1.0),

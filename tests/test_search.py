@@ -20,6 +20,7 @@ ERROR_TURN = ("run-b", "task2__b0", "main", 0, 1, "assistant", "Found an ERROR h
 ECOLE_TURN = ("run-c", "shared", "main", 1, 2, "user", "Déjà vu: ÉCOLE 100% done")
 NUL_TURN = ("run-c", "c2", "main", 0, 0, "user", "binary\ufffddata with needle-xyz inside")
 HI_TURN = ("run-c", "shared", "main", 0, 1, "assistant", "hi")
+TIMEOUT_HIT = ("run-a", "task2__a1", None, None, None, "exception", "Agent execution timed out after 540.0 seconds")
 
 # needle, filters -> expected rows; the same with and without the index.
 CASES = [
@@ -41,6 +42,14 @@ CASES = [
     ("do it", {"run": "run-c"}, []),
     ("no such text anywhere", {}, []),
     ('"quoted" AND NEAR(', {}, []),  # FTS5 query syntax is taken literally
+    ("timed out", {}, [TIMEOUT_HIT]),  # exception messages too
+    ("TIMED OUT", {"role": "exception"}, [TIMEOUT_HIT]),
+    ("timed out", {"role": "verifier"}, []),
+    ("error", {"role": "exception"}, []),
+    ("error", {"task": "task*"}, [VERIFIER_HIT, ERROR_TURN]),  # --task takes a glob, as every query's
+    ("error", {"task": "task?"}, [VERIFIER_HIT, ERROR_TURN]),
+    ("error", {"task": "*2"}, [ERROR_TURN]),
+    ("error", {"task": "task"}, []),
 ]
 
 
@@ -93,8 +102,8 @@ def _reference(engine, needle: str, run=None, task=None, role=None) -> list[tupl
             FROM turns t JOIN episodes e ON e.id = t.episode_id JOIN trials tr ON tr.id = e.trial_id
             JOIN runs r ON r.id = tr.run_id LEFT JOIN tasks tk ON tk.id = tr.task_id
             JOIN messages m ON m.id = t.message_id""")).all()
-        verifiers = conn.execute(text("""
-            SELECT r.run_key, tr.trial_name, tr.verifier_output, tk.name FROM trials tr
+        trial_texts = conn.execute(text("""
+            SELECT r.run_key, tr.trial_name, tr.verifier_output, tr.exception_message, tk.name FROM trials tr
             JOIN runs r ON r.id = tr.run_id LEFT JOIN tasks tk ON tk.id = tr.task_id""")).all()
     first: dict[tuple, int] = {}
     for run_key, trial, source, episode, idx, turn_role, message, content, task_name in turns:
@@ -103,10 +112,12 @@ def _reference(engine, needle: str, run=None, task=None, role=None) -> list[tupl
             key = (run_key, trial, source, idx, turn_role, message)
             first[key] = min(episode, first.get(key, episode))
     hits = [(k[0], k[1], 0, k[2], episode, k[3], k[4]) for k, episode in first.items()]
-    if role in (None, search_lib.VERIFIER):
-        hits += [(run_key, trial, 1, "", -1, -1, search_lib.VERIFIER) for run_key, trial, output, task_name
-                 in verifiers if output and folded in output.translate(fold) and run in (None, run_key)
-                 and task in (None, task_name)]
+    for kind, text_role in ((1, "verifier"), (2, "exception")):
+        if role in (None, text_role):
+            hits += [(run_key, trial, kind, "", -1, -1, text_role)
+                     for run_key, trial, *texts, task_name in trial_texts
+                     if texts[kind - 1] and folded in texts[kind - 1].translate(fold) and run in (None, run_key)
+                     and task in (None, task_name)]
     hits.sort()
     return [(h[0], h[1], h[3] if h[2] == 0 else None, h[4] if h[2] == 0 else None, h[5] if h[2] == 0 else None,
              h[6]) for h in hits]
@@ -120,13 +131,39 @@ def test_every_way_of_finding_hits_gives_the_plain_answer(url, engine, indexed, 
     if indexed:
         build_index(engine)
     searches = [("e", {}), ("done", {}), ("error", {}), ("ERROR", {"role": "assistant"}), ("do", {"run": "run-c"}),
-                ("e", {"task": "task1"}), ("e", {"role": "verifier"}), ("no such text", {}), ("Déjà", {})]
+                ("e", {"task": "task1"}), ("e", {"role": "verifier"}), ("e", {"role": "exception"}),
+                ("no such text", {}), ("Déjà", {}), ("out", {})]
     for needle, filters in searches:
         expected = _reference(engine, needle, **filters)
         for limit in (1, 2, 3, 5, 8, 13, 1000):
             found = search(url, needle, limit=limit, **filters)
             assert [row[:6] for row in found.rows] == expected[:limit], (needle, filters, limit)
             assert found.truncated == (len(expected) > limit), (needle, filters, limit)
+
+
+@pytest.mark.parametrize("strategy", ["default", "walk, every text tested"])
+def test_by_trial_counts_each_trials_hits_and_gives_its_first(url, engine, strategy, monkeypatch):
+    """--by trial: a row per trial holding a hit, in the answer's order, its hits counted, with
+    its first hit's place and snippet; the limit counts trials."""
+    for name, value in STRATEGIES[strategy].items():
+        monkeypatch.setattr(search_lib, name, value)
+    for needle in ("e", "done", "error", "timed out", "no such text"):
+        hits = search(url, needle, limit=1000).rows
+        trials: dict[tuple, list] = {}
+        for hit in hits:
+            trials.setdefault(hit[:2], []).append(hit)
+        expected = [(*key, len(found), *found[0][2:]) for key, found in trials.items()]
+        for limit in (1, 2, 5, 1000):
+            result = search(url, needle, limit=limit, by="trial")
+            assert result.columns == ["run_key", "trial_name", "hits", "trace_source", "episode", "turn", "role",
+                                      "snippet"]
+            assert result.rows == expected[:limit], (needle, limit)
+            assert result.truncated == (len(expected) > limit)
+    done = cli(url, "search", "e", "--by", "trial", "--limit", "2", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert [tuple(row.values()) for row in json.loads(done.stdout)] == \
+        [tuple(row) for row in search(url, "e", limit=2, by="trial").rows]
+    assert done.stderr.strip() == "(stopped at 2 trials: there are more; raise --limit or narrow the search)"
 
 
 def _add_late_message(engine, text: str, key: str) -> None:

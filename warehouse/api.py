@@ -303,18 +303,20 @@ class Warehouse:
             yield rows
 
     def search(self, text: str, /, *, run: str | None = None, task: str | None = None,
-               role: str | None = None, limit: int = 50, timeout: float = DEFAULT_TIMEOUT) -> Result:
-        """Turns and verifier output holding `text` (what `warehouse search` finds), one row per
-        turn with a snippet; at most `limit` (`truncated`: there were more)."""
+               role: str | None = None, limit: int = 50, by: str = "turn",
+               timeout: float = DEFAULT_TIMEOUT) -> Result:
+        """Turns, verifier output and exception messages holding `text` (what `warehouse search`
+        finds), one row per turn with a snippet, or with `by="trial"` one per trial with its hits
+        counted; at most `limit` (`truncated`: there were more)."""
         from warehouse.search import search
 
         check.text(text, "the search text")
-        for value, what in ((run, "run"), (task, "task"), (role, "role")):
+        for value, what in ((run, "run"), (task, "task"), (role, "role"), (by, "by")):
             check.optional_text(value, what)
         check.integer(limit, "limit", 1)
         self._ready_for_reads()
         with _errors():
-            found = search(self.url, text, run=run, task=task, role=role, limit=limit, timeout=timeout)
+            found = search(self.url, text, run=run, task=task, role=role, limit=limit, by=by, timeout=timeout)
         return Result(found.columns, found.rows, found.truncated, found.note)
 
     def show(self, trial: str | int, /, *, episode: int | None = None, all_episodes: bool = False,

@@ -1,4 +1,5 @@
-"""Substring search over turn texts and verifier output, and its optional trigram index.
+"""Substring search over turn texts, verifier output and exception messages, and its optional
+trigram index.
 
 Matching is a case-insensitive substring test that folds the ASCII letters A-Z only (what
 SQLite's LIKE does): `Error` finds `ERROR` and `error`, but `É` finds only `É`. The exact
@@ -40,7 +41,7 @@ from warehouse.db.engine import resolve_url
 from warehouse.db.session import write_transaction
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
-from warehouse.filters import Filters, has_wildcard
+from warehouse.filters import Filters
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, ReadSession, readonly_session
 from warehouse.runs import resolve_run
 from warehouse.texts import split_text
@@ -53,7 +54,13 @@ PG_INDEX = "search_trgm_messages"
 PG_VERIFIER_INDEX = "search_trgm_verifier_output"
 MIN_INDEXED_LENGTH = 3
 VERIFIER = "verifier"  # the role under which verifier output is reported and filtered
+EXCEPTION = "exception"  # and a trial's exception message
+# A trial's own texts, searched besides its turns: (the role they are reported and filtered
+# under, their column). Their hits follow the trial's turns, in this order.
+TRIAL_TEXTS = ((VERIFIER, "verifier_output"), (EXCEPTION, "exception_message"))
 COLUMNS = ["run_key", "trial_name", "trace_source", "episode", "turn", "role", "snippet"]
+# --by trial: a row per trial, its hits counted, with where its first hit is and its snippet.
+TRIAL_COLUMNS = ["run_key", "trial_name", "hits", "trace_source", "episode", "turn", "role", "snippet"]
 CONTEXT_CHARS = 60  # snippet characters on each side of the hit
 
 _ASCII_FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
@@ -100,18 +107,23 @@ FIRST_BATCH, LAST_BATCH = 32, 8_192
 
 
 def search(url: URL | str, text: str, *, run: str | None = None, task: str | None = None,
-           role: str | None = None, limit: int = 50, timeout: float = DEFAULT_TIMEOUT) -> SearchResult:
-    """Turns whose text contains `text`, and trials whose verifier output does: one row per
-    distinct turn (a turn repeated by later episodes of the same trial, as exports of every
-    episode do, is reported once, at the shortest episode holding it), with a snippet; in the
-    order of run key, trial name, then the trial's verifier output after its turns, by trace
-    source, episode and turn."""
+           role: str | None = None, limit: int = 50, by: str = "turn",
+           timeout: float = DEFAULT_TIMEOUT) -> SearchResult:
+    """Turns whose text contains `text`, and trials whose verifier output or exception message
+    does: one row per distinct turn (a turn repeated by later episodes of the same trial, as
+    exports of every episode do, is reported once, at the shortest episode holding it), with a
+    snippet; in the order of run key, trial name, then by trace source, episode and turn, the
+    trial's verifier output and exception message after its turns. `by="trial"`: one row per
+    trial instead, its hits counted, with its first hit's place and snippet; `limit` counts
+    trials."""
     if isinstance(url, str):
         url = resolve_url(url)
     if not text:
         raise WarehouseError("the search text is empty")
     if limit < 1:
         raise WarehouseError("--limit must be at least 1")
+    if by not in ("turn", "trial"):
+        raise WarehouseError(f"--by must be turn or trial, not {by!r}")
     backend = url.get_backend_name()
     needle = split_text(text)[0]  # stored texts hold U+FFFD where the input had NUL
     with readonly_session(url, timeout=timeout, own_text=True) as session:
@@ -124,39 +136,76 @@ def search(url: URL | str, text: str, *, run: str | None = None, task: str | Non
                          "and were searched without the index; run it again to index them")
         if run is not None:  # a key, a unique prefix, a name; an unknown one is an error, not no hits
             run = resolve_run(session.connection, run).run_key
-        if task is not None and not has_wildcard(task):
-            # A task no task is named (--task is a name here, not a glob): said beside the hits.
-            notes.append(Filters.of(task=task).unmatched(session.connection))
-        finder = _Finder(session, backend, needle, use_fts=use_fts, index=index, run=run, task=task, role=role)
-        rows = finder.first(limit + 1)  # one more than shown, to know whether there are more
-        truncated = len(rows) > limit
-        rows = rows[:limit]
+        tasks = Filters.of(task=task)  # a name or a glob, as every query's --task
+        if task is not None:  # a task glob no task's name matches: said beside the hits
+            notes.append(tasks.unmatched(session.connection))
+        finder = _Finder(session, backend, needle, use_fts=use_fts, index=index, run=run, tasks=tasks, role=role)
+        if by == "trial":
+            counted = _by_trial(finder, limit + 1)
+            truncated = len(counted) > limit
+            counted = counted[:limit]
+            rows = [first for first, _ in counted]
+        else:
+            rows = finder.first(limit + 1)  # one more than shown, to know whether there are more
+            truncated = len(rows) > limit
+            rows = rows[:limit]
         snippets = _snippets(session, backend, rows, finder.folded, len(needle))
     rows = [(*row[:6], snippets.get((row[6], row[7]))) for row in rows]
-    return SearchResult(COLUMNS, rows, truncated, via_index=use_fts or (backend == "postgresql" and index.present),
+    columns = COLUMNS
+    if by == "trial":
+        columns = TRIAL_COLUMNS
+        rows = [(*row[:2], hits, *row[2:]) for row, (_, hits) in zip(rows, counted)]
+    return SearchResult(columns, rows, truncated, via_index=use_fts or (backend == "postgresql" and index.present),
                         note="; ".join(filter(None, notes)) or None)
+
+
+def _by_trial(finder: _Finder, trials: int) -> list[tuple[tuple, int]]:
+    """The first `trials` trials holding a hit: each one's first hit and how many it holds.
+    Hits come trial by trial, so once a later trial's hit is found the earlier ones are whole:
+    the hits are asked for in growing pages until `trials` + 1 trials show (or none are left)."""
+    wanted = 4 * trials
+    while True:
+        rows = finder.first(wanted)
+        counted: dict[tuple, list] = {}
+        for row in rows:
+            counted.setdefault(row[:2], [row, 0])[1] += 1
+        if len(counted) > trials or len(rows) < wanted:
+            return [(first, hits) for first, hits in list(counted.values())[:trials]]
+        wanted *= 4
 
 
 class _Finder:
     """The hits of one search, found in the answer's order (see CANDIDATES)."""
 
     def __init__(self, session: ReadSession, backend: str, needle: str, *, use_fts: bool, index: IndexStatus,
-                 run: str | None, task: str | None, role: str | None):
+                 run: str | None, tasks: Filters, role: str | None):
         self.session, self.backend, self.use_fts, self.index = session, backend, use_fts, index
-        self.run, self.task, self.role = run, task, role
+        self.run, self.role = run, role
         self.folded = needle.translate(_ASCII_FOLD)
+        self.task_sql, task_binds = tasks.sql(session.connection, task="tk.name") if tasks else ("", {})
         self.params = {"pattern": "%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%", "needle": self.folded,
-                       "run": run, "task": task, "role": role,
+                       "run": run, "role": role, **task_binds,
                        "phrase": '"' + needle.replace('"', '""') + '"', "indexed_through": index.indexed_through}
         self.filters = "".join([" AND r.run_key = :run" if run is not None else "",
-                                " AND tk.name = :task" if task is not None else ""])
+                                f" AND {self.task_sql}" if self.task_sql else ""])
+
+    @property
+    def turns_wanted(self) -> bool:
+        return self.role not in {role for role, _ in TRIAL_TEXTS}
+
+    def trial_texts(self) -> list[tuple[str, str]]:
+        """The trial texts (TRIAL_TEXTS) this search reads."""
+        return [(role, column) for role, column in TRIAL_TEXTS if self.role in (None, role)]
 
     def first(self, wanted: int) -> list[tuple]:
         """The first `wanted` hits."""
-        walk = _TrialsInOrder(self.session, self.run, self.task)
+        walk = _TrialsInOrder(self.session, self.run, self.task_sql, self.params)
         # A common needle fills the page from the first trials, every text tested.
-        rows = self._hits(None, None, walk.take(FIRST_BATCH), wanted)
-        messages = verifiers = None  # every text is to be tested, until the texts holding it are listed
+        rows = self._hits(None, {}, walk.take(FIRST_BATCH), wanted)
+        # Every text is to be tested, until the texts holding the needle are listed: messages,
+        # and per trial text the trials whose text holds it.
+        messages: list[int] | None = None
+        trials: dict[str, list[int] | None] = {}
         listed = False
         while len(rows) < wanted and not walk.done:
             # As many trials as the hits so far say the rest of the page needs, and half again.
@@ -164,12 +213,14 @@ class _Finder:
             size = math.ceil(1.5 * (wanted - len(rows)) / rate) if rate else math.inf
             if size > LAST_BATCH and not listed:  # a rare needle: are its texts few?
                 listed = True
-                messages = self._matching_messages() if self.role != VERIFIER else []
-                verifiers = self._matching_verifiers() if self.role in (None, VERIFIER) else []
-                if messages is not None and verifiers is not None and self._uses(messages) <= CANDIDATE_USES:
-                    return self._hits(messages, verifiers, None, wanted)
+                messages = self._matching_messages() if self.turns_wanted else []
+                trials = {role: self._matching_trials(column, indexed=role == VERIFIER and self.index.verifier)
+                          for role, column in self.trial_texts()}
+                if (messages is not None and None not in trials.values()
+                        and self._uses(messages) <= CANDIDATE_USES):
+                    return self._hits(messages, trials, None, wanted)
             batch = walk.take(max(FIRST_BATCH, min(size, 4 * walk.taken, LAST_BATCH)))
-            rows += self._hits(messages, verifiers, batch, wanted - len(rows))
+            rows += self._hits(messages, trials, batch, wanted - len(rows))
         return rows
 
     def _fetch(self, sql: str, max_rows: int | None = None) -> list[tuple]:
@@ -188,11 +239,11 @@ class _Finder:
                    f"UNION ALL SELECT m.id FROM messages m WHERE m.id > :indexed_through AND {exact}")
         return self._listed(sql)
 
-    def _matching_verifiers(self) -> list[int] | None:
-        """The trials whose verifier output holds the needle, or None when more than CANDIDATES."""
+    def _matching_trials(self, column: str, *, indexed: bool) -> list[int] | None:
+        """The trials whose text `column` holds the needle, or None when more than CANDIDATES."""
         return self._listed(f"SELECT tr.id FROM trials tr JOIN runs r ON r.id = tr.run_id "
                             f"LEFT JOIN tasks tk ON tk.id = tr.task_id "
-                            f"WHERE {self._listing_test('tr.verifier_output', self.index.verifier)}{self.filters}")
+                            f"WHERE {self._listing_test(f'tr.{column}', indexed)}{self.filters}")
 
     def _listing_test(self, col: str, indexed: bool) -> str:
         exact = _CONTAINS[self.backend].format(col=col)
@@ -208,11 +259,11 @@ class _Finder:
         return self._fetch(f"SELECT count(*) FROM (SELECT 1 FROM conversation_turns "
                            f"WHERE {_in('message_id', messages)} LIMIT {CANDIDATE_USES + 1}) used")[0][0]
 
-    def _hits(self, messages: list[int] | None, verifiers: list[int] | None, trials: list[int] | None,
+    def _hits(self, messages: list[int] | None, listed: dict[str, list[int] | None], trials: list[int] | None,
               wanted: int) -> list[tuple]:
         """The first `wanted` hits among `trials` (None: all), in the answer's order. A list
-        of messages or verifier outputs is the texts that hold the needle; None, that every
-        text is to be tested."""
+        of messages, or (in `listed`, by trial text) of trials, is the texts that hold the
+        needle; None or missing, that every text is to be tested."""
         if trials == [] or wanted < 1:
             return []
         batch, branches = "", []
@@ -226,16 +277,19 @@ class _Finder:
             batch = (f"WITH batch AS MATERIALIZED (SELECT t.*, CASE WHEN {test} THEN 1 ELSE 0 END AS hit "
                      f"FROM conversations c JOIN conversation_turns t ON t.conversation_id = c.id "
                      f"WHERE {_in('c.trial_id', trials)})\n")
-        if self.role != VERIFIER and messages != []:
+        if self.turns_wanted and messages != []:
             where = (" AND t.hit = 1" if batch else f" AND {_in('t.message_id', messages)}")
             branches.append(_turn_hits(turns="batch" if batch else "conversation_turns",
                                        where=where + (" AND t.role = :role" if self.role is not None else ""),
                                        filters=self.filters))
-        if self.role in (None, VERIFIER) and verifiers != []:
-            test = (_in("tr.id", verifiers) if verifiers is not None
-                    else _CONTAINS[self.backend].format(col="tr.verifier_output"))
+        for role, column in self.trial_texts():
+            holding = listed.get(role)
+            if holding == []:
+                continue
+            test = (_in("tr.id", holding) if holding is not None
+                    else _CONTAINS[self.backend].format(col=f"tr.{column}"))
             within = f" AND {_in('tr.id', trials)}" if trials is not None else ""
-            branches.append(_verifier_hits(test + within + self.filters))
+            branches.append(_trial_text_hits(role, test + within + self.filters))
         if not branches:
             return []
         return self._fetch(batch + "\nUNION ALL\n".join(branches)
@@ -246,8 +300,8 @@ class _TrialsInOrder:
     """The trials (of the run and task searched) in the answer's order, taken in batches. A
     run's trials come by the unique index on (run, trial name): no sort."""
 
-    def __init__(self, session: ReadSession, run: str | None, task: str | None):
-        self.session, self.task = session, task
+    def __init__(self, session: ReadSession, run: str | None, task_sql: str, params: dict):
+        self.session, self.task_sql, self.params = session, task_sql, params
         self.runs = [row[0] for row in session.fetch(
             "SELECT r.id FROM runs r" + (" WHERE r.run_key = :run" if run is not None else "") + " ORDER BY r.run_key",
             {"run": run}, max_rows=None).rows]
@@ -267,9 +321,9 @@ class _TrialsInOrder:
                 "SELECT tr.id, tr.trial_name FROM trials tr LEFT JOIN tasks tk ON tk.id = tr.task_id "
                 f"WHERE tr.run_id = {int(self.runs[0])}"
                 + (" AND tr.trial_name > :after" if self.after is not None else "")
-                + (" AND tk.name = :task" if self.task is not None else "")
+                + (f" AND {self.task_sql}" if self.task_sql else "")
                 + f" ORDER BY tr.trial_name LIMIT {int(wanted)}",
-                {"after": self.after, "task": self.task}, max_rows=None).rows
+                {**self.params, "after": self.after}, max_rows=None).rows
             ids += [int(row[0]) for row in rows]
             if len(rows) < wanted:
                 self.runs.pop(0)
@@ -287,7 +341,7 @@ def _in(column: str, ids: list[int]) -> str:
 
 def _turn_hits(*, turns: str, where: str, filters: str) -> str:
     # Each hit says where to cut its snippet from: kind 0 is a turn (ref: its message id),
-    # kind 1 a trial's verifier output (ref: the trial id).
+    # kind 1 and on a trial's text, TRIAL_TEXTS' in order (ref: the trial id).
     # A hit turn is a turn of a conversation; it is reported at the shortest episode that
     # holds it (the first of a trajectory's to reach it), found by the index on episodes'
     # (conversation_id, n_turns) in one step, not by reading every episode of the
@@ -310,10 +364,15 @@ def _turn_hits(*, turns: str, where: str, filters: str) -> str:
         GROUP BY r.run_key, tr.trial_name, e.trace_source, h.idx, h.role, h.message_id"""
 
 
-def _verifier_hits(where: str) -> str:
+def _kind(role: str) -> int:
+    """A trial text's kind: 1 and on, in TRIAL_TEXTS' order (0 is a turn)."""
+    return 1 + [text_role for text_role, _ in TRIAL_TEXTS].index(role)
+
+
+def _trial_text_hits(role: str, where: str) -> str:
     return f"""
         SELECT r.run_key AS run_key, tr.trial_name AS trial_name, NULL AS trace_source,
-               NULL AS episode, NULL AS turn, '{VERIFIER}' AS role, 1 AS kind, tr.id AS ref
+               NULL AS episode, NULL AS turn, '{role}' AS role, {_kind(role)} AS kind, tr.id AS ref
         FROM trials tr
         JOIN runs r ON r.id = tr.run_id
         LEFT JOIN tasks tk ON tk.id = tr.task_id
@@ -325,7 +384,8 @@ def _snippets(session: ReadSession, backend: str, rows: list[tuple], folded: str
     """The text around the first hit, for each (kind, ref) in rows, cut out by the database
     so a 50 MB message never travels whole."""
     out: dict[tuple[int, int], str] = {}
-    for kind, table, column in ((0, "messages", "content"), (1, "trials", "verifier_output")):
+    texts = [(0, "messages", "content")] + [(_kind(role), "trials", column) for role, column in TRIAL_TEXTS]
+    for kind, table, column in texts:
         ids = sorted({int(row[7]) for row in rows if row[6] == kind})
         if not ids:
             continue

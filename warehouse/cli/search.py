@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Annotated, Optional
 
 import typer
@@ -15,36 +16,48 @@ from warehouse.readonly import DEFAULT_TIMEOUT
 from warehouse.runs import run_names, with_run_names
 
 
+class SearchBy(str, Enum):
+    turn = "turn"
+    trial = "trial"
+
+
 @app.command("search")
 def search(
     ctx: typer.Context,
     text: Annotated[str, typer.Argument(help="The text to find (a substring; ASCII letters match either case).")],
     run: Annotated[Optional[str], typer.Option("--run", help="Only this run: its key, a unique prefix of it, or its name.")] = None,
-    task: Annotated[Optional[str], typer.Option("--task", help="Only this task.")] = None,
+    task: Annotated[Optional[str], typer.Option(
+        "--task", metavar="TASK", help="Only tasks of this name, or matching this glob (* and ?).")] = None,
     role: Annotated[Optional[str], typer.Option(
-        "--role", help="Only turns with this role (user, assistant, …); `verifier` for verifier output only.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, metavar="N", help="Print at most this many hits.")] = 50,
+        "--role", metavar="ROLE", help="Only turns with this role (user, assistant, …); `verifier` for verifier "
+        "output only, `exception` for exception messages only.")] = None,
+    by: Annotated[SearchBy, typer.Option(
+        "--by", help="A row per hit (turn), or per trial with its hits counted and its first hit (trial).")] = SearchBy.turn,
+    limit: Annotated[int, typer.Option("--limit", min=1, metavar="N",
+                                       help="Print at most this many hits (with --by trial: trials).")] = 50,
     fmt: FormatOption = Format.table,
     wide: WideOption = False,
     timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Stop the search after this many seconds.")] = DEFAULT_TIMEOUT,
 ) -> None:
-    """Find TEXT in turn texts and verifier output: one row per turn, with a snippet.
+    """Find TEXT in turn texts, verifier output and exception messages, with a snippet.
 
-    A turn that later episodes of the same trial repeat is listed once, at the first episode
-    holding it. `warehouse index build` makes searches of 3+ characters faster; the hits are
-    the same with or without it.
+    One row per turn: a turn that later episodes of the same trial repeat is listed once, at the
+    first episode holding it; a trial's verifier output and exception message after its turns.
+    --by trial gives one row per trial, its hits counted. `warehouse index build` makes
+    searches of 3+ characters faster; the hits are the same with or without it.
 
     Examples:
 
     \b
       warehouse search "Traceback" --limit 5
       warehouse search error --role verifier --task install-regex
+      warehouse search "timed out" --role exception --by trial
       warehouse search "def main" --format jsonl
     """
     if not text:
         raise typer.BadParameter("must not be empty", param_hint="TEXT")
     wh = state(ctx).warehouse
-    result = wh.search(text, run=run, task=task, role=role, limit=limit, timeout=timeout)
+    result = wh.search(text, run=run, task=task, role=role, limit=limit, by=by.value, timeout=timeout)
     if result.note:
         echo_err(f"note: {result.note}", wrap=True)
     columns, rows = result.columns, result.rows
@@ -54,7 +67,8 @@ def search(
     write_rows(columns, rows, fmt, wide=wide, keep=("snippet",),
                shorten={"snippet": lambda snippet, width: search_lib.snippet_within(snippet, width, text)})
     if result.truncated:
-        echo_err(f"(stopped at {limit} hits: there are more; raise --limit or narrow the search)", wrap=True)
+        what = "trials" if by is SearchBy.trial else "hits"
+        echo_err(f"(stopped at {limit} {what}: there are more; raise --limit or narrow the search)", wrap=True)
 
 
 index_app = typer.Typer(no_args_is_help=True, help="""The optional trigram index that speeds up `warehouse search`.
