@@ -386,7 +386,7 @@ except {{error}}:
 
 # Stops at random moments: how many (half by Ctrl-C, half by SIGTERM). $WAREHOUSE_TEST_STOP_TRIES
 # sets another number (a quick local run).
-STOP_TRIES = int(os.environ.get("WAREHOUSE_TEST_STOP_TRIES", "200"))
+STOP_TRIES = int(os.environ.get("WAREHOUSE_TEST_STOP_TRIES", "100"))
 _SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
 
 
