@@ -2,7 +2,9 @@
 through the real ingest writer, with every number the tests expect derivable by hand.
 
 run-a (agent terminus, model m1; source fixture-a, and one trial also in fixture-b)
-  task1  5 attempts, rewards 1, 0, 1, 0, 0        tokens in 10..50, out 1..5; started 10:00..14:00
+  task1  5 attempts, rewards 1, 0, 1, 0, 0        tokens in 10..50, out 1..5, cached 0, 5, 10 (the
+                                                  first three); cost $0.01, 0.02, none, 0.04, 0.05;
+                                                  started 10:00..14:00
   task2  3 attempts, rewards 0.5, none (AgentTimeoutError), 0
   task3  2 attempts, rewards 1, 1                 (the first is named "shared")
   task4  1 attempt, incomplete: no reward, no episodes
@@ -11,8 +13,8 @@ run-b (agent terminus; model m2, task3 on m1; source fixture-b)
   task2  3 attempts, rewards 1, 0, none (RuntimeError)   (the first has 2 episodes, see below)
   task3  2 attempts, rewards 1, 0
 run-c (agent openhands, model m1; source fixture-a)
-  task1  1 attempt "shared", reward 1; 2 episodes; tokens in 100, out 10
-  (none) 1 attempt "c2", reward 1; a message holding NUL; tokens in 300
+  task1  1 attempt "shared", reward 1; 2 episodes; tokens in 100, out 10, cached 40; cost $0.25
+  (none) 1 attempt "c2", reward 1; a message holding NUL; tokens in 300; cost $0.5
 
 Every other trial has one episode: user "do it", assistant "done" (2 turns, 9 characters).
 """
@@ -58,6 +60,7 @@ def _trial(run: str, name: str, task: str | None, reward: float | None, *, exc: 
 def run_a() -> list[Trial]:
     trials = [
         _trial("run-a", f"task1__a{i}", "task1", r, n_input_tokens=10 * (i + 1), n_output_tokens=i + 1,
+               n_cache_tokens=5 * i if i < 3 else None, cost_usd=None if i == 2 else (i + 1) / 100,
                started_at=T0 + timedelta(hours=i))
         for i, r in enumerate([1.0, 0.0, 1.0, 0.0, 0.0])
     ]
@@ -88,8 +91,9 @@ def run_b() -> list[Trial]:
 def run_c() -> list[Trial]:
     return [
         _trial("run-c", "shared", "task1", 1.0, agent="openhands", episodes=_episodes(C1_EP0, C1_EP1),
-               n_input_tokens=100, n_output_tokens=10),
-        _trial("run-c", "c2", None, 1.0, agent="openhands", episodes=_episodes(C2_TURNS), n_input_tokens=300),
+               n_input_tokens=100, n_output_tokens=10, n_cache_tokens=40, cost_usd=0.25),
+        _trial("run-c", "c2", None, 1.0, agent="openhands", episodes=_episodes(C2_TURNS), n_input_tokens=300,
+               cost_usd=0.5),
     ]
 
 

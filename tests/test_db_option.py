@@ -39,6 +39,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("query", "compare-test"): ["--a", RUN_A, "--b", RUN_B],
     ("query", "failures"): [],
     ("query", "lengths"): [],
+    ("query", "costs"): ["--by", "model"],
     ("query", "sources"): [],
     ("query", "loads"): ["sample"],
     ("sources",): [],

@@ -501,6 +501,106 @@ def test_export_tables_read_back_with_pyarrow(engine, tmp_path):
     assert set(turns.schema.names) == {"conversation_id", "idx", "role", "message_id", "extra", "run_id"}
 
 
+VIEWS = {"turns", "turn_text", "trial_summary"}  # the views the migrations make
+
+
+def _duckdb_over(out: Path):
+    """A DuckDB connection with OUT/views.sql run in it, from another folder (file_search_path)."""
+    import duckdb
+
+    duck = duckdb.connect()
+    duck.execute(f"SET file_search_path = '{out}'")
+    duck.execute((out / "views.sql").read_text(encoding="utf-8"))
+    return duck
+
+
+def _plain(column: str, value):
+    """A value as both sides can give it: a datetime (SQLite's is text) in UTC, JSON (PostgreSQL
+    gives jsonb as objects, the export JSON text) as its object."""
+    if column == "extra" and isinstance(value, str):
+        return json.loads(value)
+    if column == "started_at" and value is not None:
+        when = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+        return when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
+    return value
+
+
+def _rows(columns, rows) -> list[tuple]:
+    return sorted((tuple(_plain(c, v) for c, v in zip(columns, row)) for row in rows), key=repr)
+
+
+def _warehouse_rows(engine, sql: str) -> tuple[list[str], list[tuple]]:
+    with engine.connect() as conn:
+        result = conn.execute(text(sql))
+        return list(result.keys()), _rows(list(result.keys()), result.all())
+
+
+def _duckdb_rows(duck, sql: str) -> tuple[list[str], list[tuple]]:
+    result = duck.execute(sql)
+    columns = [d[0] for d in result.description]
+    return columns, _rows(columns, result.fetchall())
+
+
+def _with_tool_calls(engine) -> None:
+    """A trial whose turns carry extra fields (a trace's tool calls), in two episodes, one a prefix."""
+    import query_fixture
+
+    query_fixture.build(engine)
+    source_id = writer.ensure_source(engine, "traces", "/jobs/views", "views")
+    call = {"tool_calls": [{"function_name": "bash", "arguments": {"cmd": "ls"}}], "step_id": 2}
+    turns = [Turn("user", "List the files."), Turn("assistant", "Listing.", call), Turn("user", "a.txt"),
+             Turn("assistant", "One file.", {"step_id": 4})]
+    trial = Trial(run_key=UUID, trial_name="views__abcdefg", task_name=None, agent="terminus-2", model="m1",
+                  model_provider=None, result="0.0", reward=0.0, n_input_tokens=7,
+                  episodes=[Episode(0, turns[:2], "main", 0), Episode(1, turns, "main", 1)])
+    with writer.unit(engine, source_id, "views", "hash-views") as unit:
+        unit.add_trials([trial])
+
+
+def test_export_tables_views_run_in_duckdb(engine, tmp_path):
+    """views.sql, run in DuckDB, gives each of the warehouse's views the rows the warehouse
+    gives it, and each table its rows; a view joins a table there as in the warehouse."""
+    _with_tool_calls(engine)
+    out = tmp_path / "tables"
+    info = export_tables(engine, out)
+    assert set(info.views) == VIEWS
+    duck = _duckdb_over(out)
+    for view in sorted(VIEWS):
+        want = _warehouse_rows(engine, f"SELECT * FROM {view}")
+        assert want[1], view  # the fixture gives every view rows
+        assert _duckdb_rows(duck, f"SELECT * FROM {view}") == want, view
+    extras = [row[-1] for row in _warehouse_rows(engine, "SELECT * FROM turns")[1] if row[-1]]
+    assert {"step_id": 4} in extras  # turns' JSON reached DuckDB and compared
+    for table in TABLES:
+        with engine.connect() as conn:
+            n = conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one()
+        assert duck.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == n, table
+    # A view joined with a table, and a view over a view joined with the tables it reads.
+    for sql in ("SELECT ts.run_key, ts.task, count(*) AS trials, sum(t.n_input_tokens) AS tokens, "
+                "sum(ts.n_episodes) AS episodes FROM trial_summary ts JOIN trials t ON t.id = ts.trial_id "
+                "GROUP BY ts.run_key, ts.task",
+                "SELECT tt.role, tt.content, e.trace_source, t.trial_name FROM turn_text tt "
+                "JOIN episodes e ON e.id = tt.episode_id JOIN trials t ON t.id = e.trial_id WHERE tt.idx = 1"):
+        want = _warehouse_rows(engine, sql)
+        assert want[1] and _duckdb_rows(duck, sql) == want, sql
+
+
+def test_export_tables_views_of_an_empty_warehouse_run_in_duckdb(engine, tmp_path):
+    """In OUT itself, as views.sql says to run it; every view there, empty, with its columns."""
+    import duckdb
+
+    out = tmp_path / "empty"
+    export_tables(engine, out)
+    duck = duckdb.connect()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(out)
+        duck.execute((out / "views.sql").read_text(encoding="utf-8"))
+        for view in VIEWS:
+            result = duck.execute(f"SELECT * FROM {view}")
+            assert result.fetchall() == [], view
+            assert [d[0] for d in result.description] == _warehouse_rows(engine, f"SELECT * FROM {view}")[0]
+
+
 # --- CLI and output folder -----------------------------------------------------------------
 
 
@@ -592,4 +692,4 @@ def test_cli_export_force_says_what_it_replaced(engine, db_url, tmp_path):
     [line] = [line for line in forced.stderr.splitlines() if line.startswith("replaced in ")]
     replaced = line.split(": ", 1)[1].split(", ")
     assert replaced[0] == "README.md"
-    assert sorted(entry.split("/")[0] for entry in replaced[1:]) == sorted(TABLES)
+    assert sorted(entry.split("/")[0] for entry in replaced[1:]) == sorted([*TABLES, "views.sql"])

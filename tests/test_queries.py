@@ -349,6 +349,86 @@ def test_lengths(url):
         tuple(pytest.approx(v) if isinstance(v, float) else v for v in row) for row in expected]
 
 
+# costs' measures: (its columns' prefix, the Trial field it sums).
+COST_FIELDS = (("cost_usd", "cost_usd"), ("input_tokens", "n_input_tokens"), ("output_tokens", "n_output_tokens"),
+               ("cache_tokens", "n_cache_tokens"))
+
+
+def _p90(values):
+    """The 90th percentile by linear interpolation between ranks, by the standard library."""
+    import statistics
+
+    if len(values) < 2:
+        return float(values[0]) if values else None
+    return statistics.quantiles(values, n=10, method="inclusive")[8]
+
+
+def _costs_by_hand(group_of, column):
+    """costs' rows from the fixture's own trial records: one per group (sorted, None last), each
+    measure over the trials that have it."""
+    trials = query_fixture.run_a() + query_fixture.run_b() + query_fixture.run_c()
+    groups = {}
+    for trial in trials:
+        groups.setdefault(group_of(trial), []).append(trial)
+    rows = []
+    for group in sorted(groups, key=lambda g: (g is None, g or "")):
+        row = {column: group, "trials": len(groups[group])}
+        for prefix, field in COST_FIELDS:
+            known = sorted(getattr(t, field) for t in groups[group] if getattr(t, field) is not None)
+            row[f"{prefix}_n"] = len(known)
+            row[f"{prefix}_sum"] = sum(known) if known else None
+            row[f"{prefix}_mean"] = sum(known) / len(known) if known else None
+            row[f"{prefix}_p90"] = _p90(known)
+        rows.append(row)
+    return rows
+
+
+def _exactly(rows):
+    """Rows to compare: floats approximately, and each value of its own type (a token sum an int)."""
+    return [{k: (type(v), pytest.approx(v) if isinstance(v, float) else v) for k, v in row.items()} for row in rows]
+
+
+def test_costs_by_run_model_agent_and_label(url, engine):
+    from warehouse.runs import resolve_run, set_labels
+
+    # run-a and run-b share a label value, run-c has none: its trials make the last group.
+    with engine.begin() as conn:
+        for key in ("run-a", "run-b"):
+            set_labels(conn, resolve_run(conn, key).id, {"kind": "x"})
+    labelled = {"run-a": "x", "run-b": "x"}
+    for by, column, group_of in (("run", "run_key", lambda t: t.run_key), ("model", "model", lambda t: t.model),
+                                 ("agent", "agent", lambda t: t.agent),
+                                 ("label:kind", "kind", lambda t: labelled.get(t.run_key))):
+        got = run(url, "costs", by=by)
+        want = _costs_by_hand(group_of, column)
+        assert list(got[0]) == list(want[0]), by  # every column, in order
+        assert [{k: (type(v), v) for k, v in row.items()} for row in got] == _exactly(want), by
+    # By hand, the figures the fixture's docstring gives: a missing value is left out, a 0 is a value.
+    [a, b, c] = run(url, "costs")
+    assert (a["cost_usd_n"], a["cost_usd_sum"], a["cost_usd_mean"], a["cost_usd_p90"]) == (
+        4, pytest.approx(0.12), pytest.approx(0.03), pytest.approx(0.047))  # 0.04 + 0.7 * 0.01
+    assert (a["cache_tokens_n"], a["cache_tokens_sum"], a["cache_tokens_mean"]) == (3, 15, 5.0)
+    assert (b["trials"], b["cost_usd_n"], b["cost_usd_sum"], b["input_tokens_mean"]) == (9, 0, None, None)
+    assert (c["input_tokens_n"], c["input_tokens_sum"], c["input_tokens_p90"], c["output_tokens_n"]) == (
+        2, 400, pytest.approx(280), 1)
+
+
+def test_costs_narrowed_and_on_the_command_line(url):
+    want = _costs_by_hand(lambda t: t.model, "model")
+    done = cli(url, "query", "costs", "--by", "model", "--format", "json")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads(done.stdout) == [{k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
+                                       for row in want]
+    # Narrowed to task1 and terminus: run-a's five trials (one without a cost) and run-b's four (none).
+    as_csv = cli(url, "query", "costs", "--task", "task1", "--agent", "terminus", "--format", "csv")
+    header, *lines = list(csv.reader(io.StringIO(as_csv.stdout)))
+    assert header[:6] == ["run_key", "trials", "cost_usd_n", "cost_usd_sum", "cost_usd_mean", "cost_usd_p90"]
+    assert [line[:4] for line in lines] == [["run-a", "5", "4", "0.12"], ["run-b", "4", "0", ""]]
+    bad = cli(url, "query", "costs", "--by", "task")
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1].endswith(
+        "--by must be one of run, model, agent, label:KEY, not 'task'"), bad.stderr
+
+
 # --- the command line ----------------------------------------------------------------------
 
 def test_cli_list_and_help(tmp_path):

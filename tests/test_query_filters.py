@@ -20,7 +20,7 @@ from query_fixture import cli
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, run_canned
-from warehouse.queries.catalog import LEDGER
+from warehouse.queries.catalog import LEDGER, UNSUMMARIZED
 from warehouse.queries.outcome import DEFAULT_NOTE as ERRORS_NOTE
 from warehouse.queries.registry import narrow
 from warehouse.runs import resolve_run, set_labels
@@ -137,22 +137,25 @@ _READS_TRIALS = re.compile(r"\b(FROM|JOIN)\s+(trials|episodes|turns)\b", re.IGNO
 @pytest.mark.parametrize("name", ANSWERS)
 def test_filters_keep_the_summary_path(name, whole, engine):
     """At the default threshold a filtered query still reads the summaries, never the trials;
-    the one exception: lengths narrowed within runs reads the trials' own columns beside
-    trial_lengths (which has no task, model or agent), never their episodes; and pass-rate (and
-    leaderboard, from the same statements) reads the trials of unknown task, each a cluster of its
-    own, which the summaries hold together."""
+    the exceptions: lengths narrowed within runs reads the trials' own columns beside
+    trial_lengths (which has no task, model or agent), never their episodes; costs reads the
+    trials' own columns (catalog.UNSUMMARIZED); and pass-rate (and leaderboard, from the same
+    statements) reads the trials of unknown task, each a cluster of its own, which the summaries
+    hold together."""
     query = QUERIES[name]
     values = query.values({p.name: "run-a" for p in query.params if p.required})
     for case, (filters, _) in CASES.items():
         sql, _ = query.plan(values, filters=filters)
         narrowed = name == "lengths" and filters.narrows_trials
-        assert sql is (query.narrowed_sql if narrowed else query.summary_sql), case
+        own = name in UNSUMMARIZED
+        assert sql is (query.narrowed_sql if narrowed else query.sql if own else query.summary_sql), case
         with engine.connect() as conn:
-            filled, binds = narrow(sql, query.filter_slots if narrowed else query.summary_filter_slots,
+            filled, binds = narrow(sql, query.filter_slots if narrowed or own else query.summary_filter_slots,
                                    filters, conn)
         reads = {m.group(2).lower() for m in _READS_TRIALS.finditer(filled)}
         clustered = name in ("pass-rate", "leaderboard")  # leaderboard reads pass-rate's statements
-        assert "{" not in filled and reads == ({"trials"} if narrowed or clustered else set()), (case, filled)
+        assert "{" not in filled, (case, filled)
+        assert reads == ({"trials"} if narrowed or own or clustered else set()), (case, filled)
         if clustered:  # through the index on task_id, only those of unknown task
             assert filled.count("FROM trials tr\n    WHERE tr.task_id IS NULL AND ") == 1, case
         assert set(binds) <= {n for n in re.findall(r":(\w+)", filled)}, case

@@ -4,6 +4,7 @@ it lies (DuckDB, Spark, Trino, pyarrow.dataset) once one database is not enough.
     OUT/<table>/run_id=<runs.id>/part-00000.parquet   trials, episodes, conversations,
                                                       conversation_turns, episode_loads, trial_loads
     OUT/<table>/part-00000.parquet                    runs, tasks, sources, loads, conflicts, messages
+    OUT/views.sql                                     the tables and the warehouse's views, for DuckDB
     OUT/README.md                                     this layout and how to read it
 
 Run-scoped tables are partitioned Hive style on the integer `runs.id`: an integer needs no
@@ -18,6 +19,12 @@ Types: int64, float64, string, binary (content_hash, content_raw), timestamp[us,
 datetimes, and JSON columns as JSON text (lossless: unsafe strings come back unwrapped and are
 \\u-escaped where UTF-8 cannot hold them). Rows are streamed from the database and written in
 row groups, so memory stays bounded.
+
+The views (turns, turn_text, trial_summary) are written as SQL a reader runs, not as rows:
+views.sql makes each table a DuckDB view over its files, then each of the warehouse's views with
+the definition the warehouse holds. Their rows would repeat what the tables store: `turns` lists
+every episode's turns, about n^2/2 rows for a trajectory of n steps exported episode by episode
+(a 20,000-step trial: 200 million), and `turn_text` each of those with its message's text.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from sqlalchemy import Column, Connection, Engine, Float, Integer, LargeBinary, Select, String, Text, select
+from sqlalchemy import Column, Connection, Engine, Float, Integer, LargeBinary, Select, String, Text, inspect, select
 
 from warehouse.db import models
 from warehouse.db.types import Json, UtcDateTime
@@ -59,6 +66,9 @@ RUN_SCOPED: dict[str, tuple[list, list[str]]] = {
 PARTITION = "run_id"
 EMPTY_PARTITION = 0
 _SURROGATE = re.compile("[\ud800-\udfff]")
+VIEWS_SQL = "views.sql"
+# SQLite holds a view's whole statement, PostgreSQL its SELECT: what precedes the SELECT.
+_CREATE_VIEW = re.compile(r"^\s*CREATE\s+VIEW\s+\S+\s+AS\s+", re.IGNORECASE)
 
 
 @dataclass
@@ -67,6 +77,7 @@ class TablesInfo:
     rows: dict[str, int] = field(default_factory=dict)
     files: dict[str, int] = field(default_factory=dict)
     replaced: list[str] = field(default_factory=list)  # what --force replaced in out_dir
+    views: list[str] = field(default_factory=list)  # the warehouse's views views.sql defines
 
 
 def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -> TablesInfo:
@@ -87,8 +98,54 @@ def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -
                            info, name, keep_empty=True)
             else:  # runs, tasks, sources, loads, conflicts, messages, and any table added later
                 _write(conn, _shared_query(name), folder, info, name, keep_empty=True)
+        views = _view_definitions(conn)
+        info.views = list(views)
+        (staging / VIEWS_SQL).write_text(_views_sql(views), encoding="utf-8")
         _write_readme(staging / "README.md", info)
     return info
+
+
+# --- the views -----------------------------------------------------------------------------
+
+
+def _view_definitions(conn: Connection) -> dict[str, str]:
+    """Each view of the warehouse, its SELECT as the database holds it (so any view a later
+    revision adds or changes is written as it is), a view after the views it reads."""
+    inspector = inspect(conn)
+    selects = {name: _CREATE_VIEW.sub("", inspector.get_view_definition(name)).strip().rstrip(";").strip()
+               for name in sorted(inspector.get_view_names())}
+    ordered: dict[str, str] = {}
+    while len(ordered) < len(selects):
+        pending = [name for name in selects if name not in ordered]
+        ready = [name for name in pending if not any(
+            other != name and re.search(rf"\b{re.escape(other)}\b", selects[name]) for other in pending)]
+        for name in ready or pending:  # no view is ready only if a name merely looks like a reference
+            ordered[name] = selects[name]
+    return ordered
+
+
+def _table_source(name: str) -> str:
+    """DuckDB's reading of a table's files, relative to OUT."""
+    if name in RUN_SCOPED:
+        return f"read_parquet('{name}/*/*.parquet', hive_partitioning = true)"
+    return f"read_parquet('{name}/*.parquet')"
+
+
+def _views_sql(views: dict[str, str]) -> str:
+    """views.sql: every table as a view over its files, then the warehouse's views over those."""
+    tables = "\n".join(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {_table_source(name)};" for name in TABLES)
+    defined = "\n\n".join(f"CREATE OR REPLACE VIEW {name} AS\n{select};" for name, select in views.items())
+    return f"""-- The warehouse's tables and views over this export, for DuckDB (written by `warehouse export tables`).
+-- Its paths are relative to this folder: run it here (`duckdb wh.duckdb < views.sql`; in Python
+-- `duckdb.connect().execute(open("views.sql").read())`), or first `SET file_search_path = 'OUT'`.
+-- A DuckDB database keeps the views, which read the files again at each query.
+
+-- Each table, a view over its files (a run-scoped table takes run_id from its folders' names).
+{tables}
+
+-- The warehouse's views, as the warehouse defines them.
+{defined}
+"""
 
 
 def _shared_query(name: str) -> Select:
@@ -238,7 +295,17 @@ trials = ds.dataset("trials", partitioning="hive").to_table()
 
 Spark: `spark.read.parquet("trials")` discovers `run_id` from the folder names.
 
-A conversation's turns are stored once; an episode is its first `n_turns` turns:
+`views.sql` makes each table a DuckDB view over its files and then defines the warehouse's views
+over them ({', '.join(f'`{v}`' for v in info.views) or 'none'}), as the warehouse defines them: their
+SQL, not their rows (`turns` repeats a conversation's turns for every episode of it). Run it in this
+folder, and query them as in the warehouse:
+
+```sql
+-- duckdb wh.duckdb < views.sql, then:
+SELECT ts.run_key, count(*), sum(t.cost_usd) FROM trial_summary ts JOIN trials t ON t.id = ts.trial_id GROUP BY 1;
+```
+
+A conversation's turns are stored once; an episode is its first `n_turns` turns (the view `turns`):
 
 ```sql
 SELECT e.id AS episode_id, ct.idx, ct.role, ct.message_id, ct.extra

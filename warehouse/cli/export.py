@@ -165,10 +165,12 @@ def _command_line() -> list[str]:
 
 @app.command()
 def tables(ctx: typer.Context, out: Out, force: Force = False) -> None:
-    """Write every table as Parquet, one folder per table.
+    """Write every table as Parquet, one folder per table, and the views as SQL for DuckDB.
 
-    Run-scoped tables (trials, episodes, turns, episode_loads, trial_loads) are partitioned Hive
-    style by run_id=<runs.id>/; the others are plain folders of part-*.parquet files.
+    Run-scoped tables (trials, episodes, conversations, conversation_turns, episode_loads,
+    trial_loads) are partitioned Hive style by run_id=<runs.id>/; the others are plain folders of
+    part-*.parquet files. OUT/views.sql makes each table a DuckDB view over its files and defines
+    the warehouse's views (turns, turn_text, trial_summary) over them: run it in OUT.
 
     Examples:
 
@@ -177,12 +179,13 @@ def tables(ctx: typer.Context, out: Out, force: Force = False) -> None:
       warehouse export tables tables --force
     """
     engine = state(ctx).read_engine()
-    from warehouse.export_tables import export_tables
+    from warehouse.export_tables import VIEWS_SQL, export_tables
 
     info = export_tables(engine, out, force=force)
     summary = ", ".join(f"{name} {n}" for name, n in info.rows.items())
     _say_replaced(out, info.replaced)
-    typer.echo(f"wrote {out}: {sum(info.files.values())} files; rows: {summary}", err=True)
+    views = f"; views in {VIEWS_SQL}: {', '.join(info.views)}" if info.views else ""
+    typer.echo(f"wrote {out}: {sum(info.files.values())} files; rows: {summary}{views}", err=True)
 
 
 def _say_replaced(out: Path, replaced: list[str]) -> None:

@@ -53,6 +53,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                      "warehouse query compare-test 9f8c2915 b421acf4 --errors exclude"),
     "failures": ("warehouse query failures", "warehouse query failures --format csv"),
     "lengths": ("warehouse query lengths", "warehouse query lengths --format json"),
+    "costs": ("warehouse query costs", "warehouse query costs --by model --format csv",
+              "warehouse query costs --by label:step --run 9f8c2915 --format json"),
     "sources": ("warehouse query sources", "warehouse query sources --run 9f8c2915 --format json"),
     "loads": ("warehouse query loads", "warehouse query loads sample --format csv"),
     "power": ("warehouse query power --delta 0.05", "warehouse query power --delta 0.1 --attempts 5 --tasks 89",
