@@ -176,8 +176,17 @@ def _fork(conn: socket.socket, *server_fds) -> int:
     try:
         code = _child(request, fds, conn, server_fds)
     except BaseException:  # noqa: BLE001 (nothing may return into the server's loop)
-        code = 70
-    os._exit(code)
+        os._exit(70)
+    # The interpreter's own exit, as a command's process ends: threads joined, atexit run, then
+    # every object finalized (a SQLite connection closed that way removes its -wal and -shm).
+    raise _Exit(code)
+
+
+class _Exit(BaseException):
+    """The forked child's way out of the server's loop, to the interpreter's exit."""
+
+    def __init__(self, code: int):
+        self.code = code
 
 
 def _child(request: dict, fds: list[int], conn: socket.socket, server_fds) -> int:
@@ -215,16 +224,12 @@ def _child(request: dict, fds: list[int], conn: socket.socket, server_fds) -> in
     except BaseException:  # noqa: BLE001 (as the interpreter would say it)
         traceback.print_exc()
         code = 1
-    threading._shutdown()  # what the interpreter's exit does, in its order
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
     return code
 
 
 if __name__ == "__main__":
     sys.path[0] = str(Path(__file__).resolve().parents[1])  # the project, not this tests folder
-    _serve(sys.argv[1])
+    try:
+        _serve(sys.argv[1])
+    except _Exit as done:  # a child, its command run
+        sys.exit(done.code)
