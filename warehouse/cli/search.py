@@ -23,10 +23,10 @@ def search(
     task: Annotated[Optional[str], typer.Option("--task", help="Only this task.")] = None,
     role: Annotated[Optional[str], typer.Option(
         "--role", help="Only turns with this role (user, assistant, …); `verifier` for verifier output only.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=1, metavar="N", help="Print at most this many hits.")] = 50,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Print at most this many hits.")] = 50,
     fmt: FormatOption = Format.table,
     wide: WideOption = False,
-    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Stop the search after this many seconds.")] = DEFAULT_TIMEOUT,
+    timeout: Annotated[float, typer.Option("--timeout", help="Stop the search after this many seconds.")] = DEFAULT_TIMEOUT,
 ) -> None:
     """Find TEXT in turn texts and verifier output: one row per turn, with a snippet.
 
