@@ -35,8 +35,15 @@ def leaves() -> list[CommandPath]:
 
 def examples(path: CommandPath) -> list[str]:
     """The example command lines in a command's help: the lines after Examples: that run
-    `warehouse` (some through a shell: `a && b`, `echo … | warehouse sql -`)."""
+    `warehouse` (some through a shell: `a && b`, `echo … | warehouse sql -`), a line ending in
+    `\\` joined to the next, as a shell joins them."""
     help_text = commands()[path].help or ""
     _, found, block = help_text.partition("Examples:")
     assert found, f"no Examples in the help of `warehouse {' '.join(path)}`"
-    return [line.strip() for line in block.splitlines() if re.search(r"(^|[|&] *)warehouse ", line.strip())]
+    lines: list[str] = []
+    for line in block.splitlines():
+        if lines and lines[-1].endswith("\\"):
+            lines[-1] = lines[-1][:-1] + line.strip()
+        else:
+            lines.append(line.strip())
+    return [line for line in lines if re.search(r"(^|[|&] *)warehouse ", line)]

@@ -124,7 +124,6 @@ def _global(
         typer.Option(
             "--db",
             envvar=ENV_VAR,
-            metavar="URL",
             help="SQLAlchemy URL (sqlite:///…, postgresql+psycopg://…) or a SQLite file path. "
             "Default: ./warehouse.db",
             show_envvar=True,

@@ -10,6 +10,7 @@ import typer
 
 from warehouse.cli.app import app as root
 from warehouse.cli.context import state
+from warehouse.cli.output import echo_err
 from warehouse.cli.writing import confirm
 from warehouse.db import integrity, schema
 from warehouse.db.engine import redact
@@ -38,8 +39,13 @@ def _ours(st) -> str | None:
 
 
 @app.command()
-def upgrade(ctx: typer.Context, revision: str = typer.Argument("head")) -> None:
-    """Bring the schema up to REVISION (default: the newest), creating a missing SQLite file.
+def upgrade(
+    ctx: typer.Context,
+    revision: Annotated[str, typer.Argument(help="The revision to reach: head is the newest.")] = "head",
+) -> None:
+    """Bring the schema up to REVISION (default: the newest).
+
+    A missing SQLite file is created.
 
     Examples:
 
@@ -54,17 +60,18 @@ def upgrade(ctx: typer.Context, revision: str = typer.Argument("head")) -> None:
     msg = "already at" if before == after else f"upgraded {before or 'empty'} ->"
     typer.echo(f"{redact(st.url)}: {msg} {after}", err=True)
     if note := reader_role_note(st.engine):
-        typer.echo(f"note: {note}", err=True)
+        echo_err(f"note: {note}", wrap=True)
 
 
 # `-1` (one step down) is a revision, not an unknown option.
 @app.command(context_settings={"ignore_unknown_options": True})
 def downgrade(
     ctx: typer.Context,
-    revision: str,
+    revision: Annotated[str, typer.Argument(
+        help="The revision to go down to: -1 is one step down, base removes every table.")],
     yes: Annotated[bool, typer.Option("--yes", help="Drop tables and columns that hold data without asking.")] = False,
 ) -> None:
-    """Take the schema down to REVISION (`base` removes every table; `-1` is one step down).
+    """Take the schema down to REVISION.
 
     A downgrade that would delete data says how much, and asks on a terminal; without one it
     refuses unless --yes.
@@ -72,8 +79,8 @@ def downgrade(
     Examples:
 
     \b
-      warehouse db downgrade -1 --yes
-      warehouse db downgrade base --yes
+      warehouse db downgrade -1
+      warehouse db downgrade 0014
     """
     st = state(ctx)
     where = redact(st.url)
@@ -102,12 +109,14 @@ def current(ctx: typer.Context) -> None:
 def check(
     ctx: typer.Context,
     against: Annotated[Optional[str], typer.Option(
-        "--against", metavar="OTHER",
+        "--against",
         help="Also compare every table with the warehouse OTHER (a URL or a SQLite file): row counts and checksums.")
     ] = None,
 ) -> None:
-    """Exit 0 if the database is at the revision this tool needs and its stored conversations
-    hold together (every episode reads back its turns); 1 with what is wrong if not.
+    """Check the schema's revision and that the stored conversations hold together.
+
+    Exit 0 if the database is at the revision this tool needs and every episode reads back its
+    turns; 1 with what is wrong if not.
 
     Reads only: a few aggregate queries over the conversations, linear in the rows. With
     --against, every table of both is read once more, to compare them.
@@ -163,7 +172,7 @@ def copy_command(
 
     \b
       warehouse db copy warehouse.db copy.db
-      warehouse db copy team.db b.db && warehouse db check --db b.db --against team.db
+      warehouse db copy warehouse.db b.db && warehouse db check --against b.db
     """
     from warehouse.api import Warehouse
     from warehouse.db.copy import copy

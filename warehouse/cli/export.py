@@ -11,6 +11,7 @@ import typer
 
 from warehouse.cli.app import app as root
 from warehouse.cli.context import state
+from warehouse.cli.output import echo_err
 from warehouse.selection import DEFAULT_PICK_TIMEOUT
 
 app = typer.Typer(no_args_is_help=True, help="""Write warehouse contents out as Parquet.
@@ -54,7 +55,7 @@ def hub(
     task: Annotated[Optional[list[str]], typer.Option(
         "--task", help="Only trials of the tasks this glob matches (* and ?); repeatable.")] = None,
     label: Annotated[Optional[list[str]], typer.Option(
-        "--label", metavar="KEY=VALUE", help="Only runs with this label; repeatable (all must hold).")] = None,
+        "--label", help="Only runs with this label; repeatable (all must hold).")] = None,
     model: Annotated[Optional[list[str]], typer.Option(
         "--model", help="Only trials of this model (glob; with or without its provider); repeatable.")] = None,
     agent: Annotated[Optional[list[str]], typer.Option(
@@ -68,7 +69,7 @@ def hub(
     threshold: Annotated[float, typer.Option(
         "--threshold", help="A trial is solved when its reward is at least this; one without a reward is not.")] = 1.0,
     where: Annotated[Optional[str], typer.Option(
-        "--where", metavar="PREDICATE",
+        "--where",
         help="Only the trials this SQL predicate over the trial_summary view holds for "
         "(e.g. \"reward > 0.5 AND agent = 'terminus-2'\"); read-only, checked as `warehouse sql` checks a query.")] = None,
     per_task: Annotated[PerTask, typer.Option(
@@ -90,10 +91,10 @@ def hub(
         "private (their path relative to --card-root, else their name and content hash) or full "
         "(absolute paths of this machine).")] = CardPathsChoice.private,
     card_root: Annotated[Optional[Path], typer.Option(
-        "--card-root", metavar="DIR", help="README.md names local sources and paths under DIR relative to it.")] = None,
+        "--card-root", help="README.md names local sources and paths under DIR relative to it.")] = None,
     force: Force = False,
     timeout: Annotated[float, typer.Option(
-        "--timeout", metavar="SECONDS",
+        "--timeout",
         help="Stop if picking the trials (the filters, --solved, --where, --per-task) takes longer than this; "
         "writing them is not timed.")] = DEFAULT_PICK_TIMEOUT,
 ) -> None:
@@ -136,9 +137,9 @@ def hub(
     info = export_hub(engine, out, filters, sources=source, pick=pick, command=_command_line(), force=force,
                       timeout=timeout, card_paths=paths, columns=columns)
     if info.note:
-        typer.echo(f"note: {info.note}", err=True)
+        echo_err(f"note: {info.note}", wrap=True)
     for note in info.notes:
-        typer.echo(f"warning: {note}", err=True)
+        echo_err(f"warning: {note}", wrap=True)
     _say_replaced(out, info.replaced)
     typer.echo(f"wrote {out}: {info.n_rows} rows in {len(info.files)} files under data/", err=True)
 

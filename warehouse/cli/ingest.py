@@ -26,7 +26,7 @@ def ingest(
         "--run", help="Name the runs these rows belong to; for rows and trials whose files name no run "
         "(RL rollouts), also their run's key.")] = None,
     label: Annotated[Optional[list[str]], typer.Option(
-        "--label", help="KEY=VALUE label for every run these sources' rows belong to (replacing the "
+        "--label", help="A label for every run these sources' rows belong to (replacing the "
         "key's value). Repeatable.")] = None,
     keep_going: Annotated[bool, typer.Option(
         "--keep-going", "-k", help="Reject bad rows (the rest of their unit still loads) and exit 0 "
@@ -71,9 +71,9 @@ def ingest(
     # Every unit is written: a stop now could only cut the report short.
     ignore_stops()
     for note in summary.notes[:50]:
-        echo_err(f"warning: {note}")
+        echo_err(f"warning: {note}", wrap=True)
     if len(summary.notes) > 50:
-        typer.echo(f"warning: … and {len(summary.notes) - 50} more (see the conflicts table)", err=True)
+        echo_err(f"warning: … and {len(summary.notes) - 50} more (see the conflicts table)", wrap=True)
     for line in summary.lines():
         echo_err(line)
     if failed:

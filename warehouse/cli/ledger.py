@@ -18,7 +18,7 @@ sources_app = typer.Typer()
 app.add_typer(sources_app, name="sources")
 register(QUERIES["sources"], sources_app, callback=True,
          examples=("warehouse sources", "warehouse sources --format json", "warehouse sources --run 9f8c2915",
-                   "warehouse sources delete sample --yes"))
+                   "warehouse sources delete sample"))
 register(QUERIES["loads"], app, examples=("warehouse loads", "warehouse loads sample",
                                           "warehouse loads sample --format csv"))
 
@@ -29,9 +29,10 @@ def delete(
     source: Annotated[str, typer.Argument(help="The source: its name or URI (`warehouse sources` lists them).")],
     yes: Annotated[bool, typer.Option("--yes", help="Delete without asking.")] = False,
 ) -> None:
-    """Take a source back: its units, the trials only it holds (with their episodes and turns),
-    and the runs left with no trial go, in one transaction; a trial other sources hold too
-    stays as ingesting them alone would leave it.
+    """Take a source back: what only it brought goes, in one transaction.
+
+    Its units go, with the trials only it holds (their episodes and turns) and the runs left
+    with no trial; a trial other sources hold too stays as ingesting them alone would leave it.
 
     Says what will go and asks on a terminal; without one it refuses unless --yes. Refused,
     with nothing changed, where the warehouse cannot tell what a shared trial is without the
@@ -41,7 +42,7 @@ def delete(
     Examples:
 
     \b
-      warehouse sources delete sample --yes
+      warehouse sources delete sample
     """
     from ingest.take_back import delete_source, source_removal
     from warehouse.errors import WarehouseError

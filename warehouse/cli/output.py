@@ -59,17 +59,23 @@ _TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\
 
 def echo_err(message: str, *, wrap: bool = False) -> None:
     """A line for the terminal on stderr (errors, notes), its control characters made visible:
-    a file name or a database's message may hold escape sequences. `wrap` (a note's prose): on a
-    terminal (or with COLUMNS set) a long line is wrapped at its width between words, its later
-    lines indented, rather than cut or broken mid-word by the terminal; to a pipe or a file it
-    stays one line. Errors and reports are not wrapped: a path or a value in them stays whole on
-    its line, to copy."""
+    a file name or a database's message may hold escape sequences. `wrap`: a note's or a
+    warning's prose, wrapped (see wrapped). Errors and reports are not wrapped: one line each,
+    a path or a value in them whole on its line, to copy."""
     message = printable(message)
-    width = _note_width() if wrap else None
-    if width and len(message) > width:
-        message = "\n".join(textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False,
-                                           break_on_hyphens=False) for line in message.split("\n"))
-    typer.echo(message, err=True)
+    typer.echo(wrapped(message) if wrap else message, err=True)
+
+
+def wrapped(note: str) -> str:
+    """A note for stderr, fitted to the reader's width: on a terminal (or with COLUMNS set) a
+    long line is wrapped at that width between words, its later lines indented, rather than
+    broken mid-word by the terminal; to a pipe or a file it stays one line, as scripts and logs
+    read it."""
+    width = _note_width()
+    if not width or len(note) <= width:
+        return note
+    return "\n".join(textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False,
+                                   break_on_hyphens=False) for line in note.split("\n"))
 
 
 def _note_width() -> int | None:

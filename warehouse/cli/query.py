@@ -12,6 +12,7 @@ import typer
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
+from warehouse.cli.shared import choice_list
 from warehouse.errors import ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param
@@ -67,7 +68,7 @@ def examples_help(lines: tuple[str, ...]) -> str:
     return "Examples:\n\n\b\n" + "\n".join(f"  {line}" for line in lines)
 
 
-TimeoutOption = Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Stop the query after this many seconds.")]
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="Stop the query after this many seconds.")]
 
 # The filters every query takes (warehouse.filters): (keyword, option, help).
 FILTER_OPTIONS = (
@@ -75,7 +76,7 @@ FILTER_OPTIONS = (
     ("task", "--task", "Only tasks matching this glob (* and ?). Repeatable."),
     ("model", "--model", "Only this model (with or without its provider; glob). Repeatable."),
     ("agent", "--agent", "Only this agent (glob). Repeatable."),
-    ("label", "--label", "Only runs with this label, KEY=VALUE. Repeatable: all must hold."),
+    ("label", "--label", "Only runs with this label. Repeatable: all must hold."),
 )
 
 
@@ -113,7 +114,8 @@ def _option(param: Param) -> inspect.Parameter:
         annotation = str if param.type is IntList else param.type
         if param.default is None:
             annotation = Optional[annotation]
-        option = typer.Option(param.option, help=param.help, metavar="RUN" if param.names_run else None)
+        option = typer.Option(param.option, help=param.help,
+                              metavar=choice_list(param.allowed) if param.by_label else None)
     # A required parameter's default is `...`, so leaving it out is a usage error (exit 2).
     default = ... if param.required else param.default
     return inspect.Parameter(param.name, inspect.Parameter.KEYWORD_ONLY,

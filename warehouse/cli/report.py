@@ -9,6 +9,9 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
+from warehouse.cli.output import echo_err
+from warehouse.cli.shared import choice_list
+from warehouse.queries.catalog import BY_GROUP, ERRORS
 from warehouse.readonly import DEFAULT_TIMEOUT
 
 
@@ -25,12 +28,14 @@ def report(
     agent: Annotated[Optional[list[str]], typer.Option(
         "--agent", help="Only this agent (glob); repeatable.")] = None,
     label: Annotated[Optional[list[str]], typer.Option(
-        "--label", help="Only runs with this label, KEY=VALUE; repeatable (a run must have all).")] = None,
+        "--label", help="Only runs with this label; repeatable (a run must have all).")] = None,
+    # --by and --errors as pass-rate's, which the report's pass rates are.
     by: Annotated[str, typer.Option(
-        "--by", help="Pass rate per run, model, agent, or per value of a run label (label:KEY).")] = "run",
+        "--by", metavar=choice_list(BY_GROUP.allowed),
+        help="Pass rate per run, model, agent, or per value of a run label (label:KEY).")] = "run",
     errors: Annotated[str, typer.Option(
-        "--errors", help="Trials with an exception and no reward: fail (failed attempts) or exclude (left out).")
-    ] = "fail",
+        "--errors", metavar=choice_list(ERRORS.allowed),
+        help="Trials with an exception and no reward: fail (failed attempts) or exclude (left out).")] = "fail",
     metric: Annotated[Optional[str], typer.Option(
         "--metric", help="Succeed on this key of the trials' rewards instead of the reward.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
@@ -47,7 +52,8 @@ def report(
 
     \b
       warehouse report sweep.html
-      warehouse runs label 9f8c2915 step=100 && warehouse report sweep.html --by label:step
+      warehouse runs label 9f8c2915 step=100 \\
+        && warehouse report sweep.html --by label:step
       warehouse report one.html --run 9f8c2915
       warehouse report errors-out.html --errors exclude
     """
@@ -62,8 +68,8 @@ def report(
     counts = ", ".join(_count(n, what) for n, what in ((info.runs, "run"), (info.tasks, "task"),
                                                        (len(info.charts), "chart")))
     for line in (info.note or "").splitlines():
-        typer.echo(f"note: {line}", err=True)
-    typer.echo(f"wrote {out}: {counts}, {info.bytes:,} bytes", err=True)
+        echo_err(f"note: {line}", wrap=True)
+    echo_err(f"wrote {out}: {counts}, {info.bytes:,} bytes")
 
 
 def _count(n: int, what: str) -> str:

@@ -9,6 +9,7 @@ import typer
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
+from warehouse.cli.shared import choice_list
 from warehouse.cli.writing import confirm, write_transaction
 
 runs_app = typer.Typer(invoke_without_command=True, help="""The runs: key, name, labels, trials, pass rate, sources.
@@ -19,7 +20,7 @@ runs_app = typer.Typer(invoke_without_command=True, help="""The runs: key, name,
       warehouse runs
       warehouse runs --sort label:step
       warehouse runs label 9f8c2915 step=100 lr=3e-5
-      warehouse runs delete 9f8c2915 --yes
+      warehouse runs delete 9f8c2915
     """)
 app.add_typer(runs_app, name="runs")
 
@@ -28,7 +29,8 @@ app.add_typer(runs_app, name="runs")
 def list_runs(
     ctx: typer.Context,
     sort: Annotated[Optional[str], typer.Option(
-        "--sort", help="key (default), name, or label:KEY (numbers as numbers).")] = None,
+        "--sort", metavar=choice_list(("key", "name", "label:KEY")),
+        help="key (default), name, or label:KEY (numbers as numbers).")] = None,
     fmt: FormatOption = Format.table,
     wide: WideOption = False,
 ) -> None:
@@ -105,18 +107,20 @@ def delete(
     run: Annotated[str, typer.Argument(help="The run: its key, a unique prefix of it, or its name.")],
     yes: Annotated[bool, typer.Option("--yes", help="Delete without asking.")] = False,
 ) -> None:
-    """Delete a run: its trials with their episodes and turns, summaries, labels, and the ledger
-    units that hold nothing else, in one transaction.
+    """Delete a run and what only it holds, in one transaction.
 
-    Says what will go and asks on a terminal; without one it refuses unless --yes. A unit that
-    also holds other runs stays in the ledger (a later ingest of it does not bring the run
-    back); a unit that goes is loaded again by a later ingest.
+    Its trials go with their episodes and turns, summaries and labels, and so do the ledger
+    units that hold nothing else. A unit that also holds other runs stays in the ledger (a later
+    ingest of it does not bring the run back); a unit that goes is loaded again by a later
+    ingest.
+
+    Says what will go and asks on a terminal; without one it refuses unless --yes.
 
     Examples:
 
     \b
-      warehouse runs delete 9f8c2915 --yes
-      warehouse runs delete sample-b421acf4 --yes
+      warehouse runs delete 9f8c2915
+      warehouse runs delete sample-b421acf4
     """
     from ingest.take_back import delete_run, run_removal
     from warehouse.runs import resolve_run

@@ -27,17 +27,17 @@ def search(
     text: Annotated[str, typer.Argument(help="The text to find (a substring; ASCII letters match either case).")],
     run: Annotated[Optional[str], typer.Option("--run", help="Only this run: its key, a unique prefix of it, or its name.")] = None,
     task: Annotated[Optional[str], typer.Option(
-        "--task", metavar="TASK", help="Only tasks of this name, or matching this glob (* and ?).")] = None,
+        "--task", help="Only tasks of this name, or matching this glob (* and ?).")] = None,
     role: Annotated[Optional[str], typer.Option(
-        "--role", metavar="ROLE", help="Only turns with this role (user, assistant, …); `verifier` for verifier "
-        "output only, `exception` for exception messages only.")] = None,
+        "--role", help="Only turns with this role (user, assistant, …); `verifier` for verifier output only, "
+        "`exception` for exception messages only.")] = None,
     by: Annotated[SearchBy, typer.Option(
         "--by", help="A row per hit (turn), or per trial with its hits counted and its first hit (trial).")] = SearchBy.turn,
-    limit: Annotated[int, typer.Option("--limit", min=1, metavar="N",
+    limit: Annotated[int, typer.Option("--limit", min=1,
                                        help="Print at most this many hits (with --by trial: trials).")] = 50,
     fmt: FormatOption = Format.table,
     wide: WideOption = False,
-    timeout: Annotated[float, typer.Option("--timeout", metavar="SECONDS", help="Stop the search after this many seconds.")] = DEFAULT_TIMEOUT,
+    timeout: Annotated[float, typer.Option("--timeout", help="Stop the search after this many seconds.")] = DEFAULT_TIMEOUT,
 ) -> None:
     """Find TEXT in turn texts, verifier output and exception messages, with a snippet.
 

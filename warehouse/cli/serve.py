@@ -8,6 +8,7 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
+from warehouse.cli.output import echo_err
 
 PAGE_TIMEOUT = 10.0  # seconds a page's reads may take: a viewer waits less than a script
 PAGE_ROWS = 10_000  # rows a canned query's page shows
@@ -17,16 +18,16 @@ PAGE_ROWS = 10_000  # rows a canned query's page shows
 def serve(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(
-        "--host", metavar="ADDRESS",
+        "--host",
         help="The address to listen on. Another than 127.0.0.1 lets others reach the viewer: said when it starts.")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", metavar="PORT", min=0, max=65535,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535,
                                       help="The port (0: any free one, printed).")] = 8765,
     open_browser: Annotated[bool, typer.Option("--open", help="Open the viewer in a web browser.")] = False,
     timeout: Annotated[float, typer.Option(
-        "--timeout", metavar="SECONDS", help="Stop a page's reads after this many seconds.")] = PAGE_TIMEOUT,
+        "--timeout", help="Stop a page's reads after this many seconds.")] = PAGE_TIMEOUT,
     max_rows: Annotated[int, typer.Option(
-        "--max-rows", metavar="N", min=1, help="Show at most this many rows of a canned query.")] = PAGE_ROWS,
+        "--max-rows", min=1, help="Show at most this many rows of a canned query.")] = PAGE_ROWS,
 ) -> None:
     """Browse the warehouse in a web browser: runs, trials, trajectories, diffs, queries, search.
 
@@ -48,4 +49,5 @@ def serve(
     warehouse = state(ctx).warehouse
     warehouse.read_engine()  # the schema checked (a missing warehouse said) before listening
     viewer = Viewer(warehouse.url, timeout=timeout, max_rows=max_rows)
-    run_server(viewer, host=host, port=port, title=warehouse.name, open_browser=open_browser)
+    run_server(viewer, host=host, port=port, title=warehouse.name, open_browser=open_browser,
+               warn=lambda line: echo_err(line, wrap=True))

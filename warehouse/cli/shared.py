@@ -9,7 +9,8 @@ cli/app.py) rather than declared command by command:
   blocks); flags as flags (`-k, --keep-going`), values as a metavar (`--run NAME`), arguments as
   `SOURCES...`. Typer's own renderers differ by version (`<bool>` and `{sources}...` markers on
   0.29, escaped `\\[required]` on 0.15), so each parameter's help line is built here from the
-  attributes every version has.
+  attributes every version has. A value's metavar says what the value is, the same for an option
+  wherever it appears (METAVARS); a group lists each command with its whole summary.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ def prepare(command: Any, db_option: Any, *, root: bool = False) -> None:
         return
     setattr(command, _PREPARED, True)
     command.rich_markup_mode = None  # Click's layout, not Typer's rich panels
+    if not root and command.short_help is None and command.help:
+        # Click would cut the summary to what fits beside the name ("Bring the schema up to
+        # REVISION (default: the newest),..."): given as short help, it is shown whole, wrapped.
+        command.short_help = summary(command.help)
     if not root and not any(p.name == "db" for p in command.params):
         command.params.append(_inner_db(db_option))
     for param in command.params:
@@ -62,7 +67,65 @@ def _store_db(ctx: Any, param: Any, value: str | None) -> str | None:
     return value
 
 
+def summary(help_text: str) -> str:
+    """A command's summary: the first paragraph of its help, on one line."""
+    return " ".join(help_text.strip().split("\n\n")[0].split())
+
+
 # --- help lines -------------------------------------------------------------------------------
+
+# What stands for each option's value, wherever the option appears (so --timeout is SECONDS in
+# every command's help): what the value is, never the parameter's name in the code (filter_run)
+# nor its type. An option of choices shows them instead (choice_list); one whose value is a
+# choice or a pattern (--by run|model|…|label:KEY) declares that list as its own metavar.
+# tests/test_help.py checks every command's options against these rules.
+METAVARS = {
+    "--db": "URL",
+    "--against": "OTHER",
+    # what to read: the filters, and the names a command takes
+    "--run": "RUN",
+    "--task": "TASK",
+    "--model": "MODEL",
+    "--agent": "AGENT",
+    "--label": "KEY=VALUE",
+    "--remove": "KEY",
+    "--source": "SOURCE",
+    "--trace": "SOURCE",
+    "--role": "ROLE",
+    "--episode": "N",
+    "--turns": "A:B",
+    "--where": "PREDICATE",
+    "--param": "NAME VALUE",
+    # how a query counts and tests
+    "--threshold": "REWARD",
+    "--metric": "KEY",
+    "--baseline": "GROUP",
+    "--k": "K,…",
+    "--confidence": "LEVEL",
+    "--resamples": "N",
+    "--seed": "N",
+    "--delta": "DIFF",
+    "--attempts": "N",
+    "--tasks": "N",
+    "--power": "CHANCE",
+    "--rho": "CORRELATION",
+    # limits
+    "--timeout": "SECONDS",
+    "--limit": "N",
+    "--max-rows": "N",
+    "--max-cell-bytes": "BYTES",
+    "--max-row-bytes": "BYTES",
+    # where to write, where to listen
+    "--card-root": "DIR",
+    "--host": "ADDRESS",
+    "--port": "PORT",
+}
+
+
+def choice_list(choices) -> str:
+    """The metavar of a value that is one of `choices`: `[table|csv|json]`."""
+    return "[" + "|".join(choices) + "]"
+
 
 def _choices(param: Any) -> list[str]:
     choices = getattr(getattr(param, "type", None), "choices", None)  # Click's Choice type
@@ -72,12 +135,16 @@ def _choices(param: Any) -> list[str]:
 
 
 def _metavar(param: Any) -> str:
-    """What stands for the value: the declared metavar, else the choices, else the name in
-    capitals; an argument's shows whether it is optional and repeatable."""
+    """What stands for the value: the declared metavar, else the choices, else the option's in
+    METAVARS, else (an argument's) the name in capitals; an argument's shows whether it is
+    optional and repeatable."""
+    known = [METAVARS[o] for o in getattr(param, "opts", ()) if o in METAVARS]
     if param.metavar:
         text = param.metavar
     elif choices := _choices(param):
-        text = "[" + "|".join(choices) + "]"
+        text = choice_list(choices)
+    elif known:
+        text = known[0]
     else:
         text = param.name.upper()
     if param.param_type_name == "argument":

@@ -24,9 +24,9 @@ def show(
     ctx: typer.Context,
     trial: Annotated[str, typer.Argument(help="A trial name or a unique start of one, RUN/TRIAL when the name is in several runs, or a trial id.")],
     episode: Annotated[Optional[int], typer.Option("--episode", help="Show this episode (index) of the main trace, or of --trace.")] = None,
-    trace: Annotated[Optional[str], typer.Option("--trace", metavar="SOURCE", help="Show this trace source (a subagent's, say): its longest episode, or --episode N.")] = None,
+    trace: Annotated[Optional[str], typer.Option("--trace", help="Show this trace source (a subagent's, say): its longest episode, or --episode N.")] = None,
     all_episodes: Annotated[bool, typer.Option("--all", help="Show every episode of every trace source.")] = False,
-    turns: Annotated[Optional[str], typer.Option("--turns", metavar="A:B", help="Only turns A to B-1 of those shown (a Python slice: 40:, -5:, 12).")] = None,
+    turns: Annotated[Optional[str], typer.Option("--turns", help="Only turns A to B-1 of those shown (a Python slice: 40:, -5:, 12).")] = None,
     no_pager: Annotated[bool, typer.Option("--no-pager", help="Print straight to the terminal, not through $PAGER.")] = False,
     fmt: Annotated[ShowFormat, typer.Option("--format", "-f", help="table (readable) or json (exact texts).")] = ShowFormat.table,
 ) -> None:

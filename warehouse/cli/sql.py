@@ -67,19 +67,19 @@ def sql(
     ctx: typer.Context,
     query: Annotated[str, typer.Argument(help="One SQL statement, or - to read it from stdin.")],
     param: Annotated[Optional[list[str]], typer.Option(
-        "-p", "--param", metavar="NAME VALUE", parser=lambda pair: pair,
+        "-p", "--param", parser=lambda pair: pair,
         help="Bind :NAME in the SQL to VALUE (text; CAST it in SQL for numbers). Repeatable.")] = None,
     fmt: FormatOption = Format.table,
     wide: WideOption = False,
     timeout: Annotated[float, typer.Option(
-        "--timeout", callback=_timeout, metavar="SECONDS",
+        "--timeout", callback=_timeout,
         help="Stop after this many seconds (the whole command, printing included).")] = DEFAULT_TIMEOUT,
-    max_rows: Annotated[int, typer.Option("--max-rows", min=1, metavar="N", help="Print at most this many rows.")] = DEFAULT_MAX_ROWS,
+    max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Print at most this many rows.")] = DEFAULT_MAX_ROWS,
     max_cell_bytes: Annotated[int, typer.Option(
-        "--max-cell-bytes", min=1, metavar="BYTES",
+        "--max-cell-bytes", min=1,
         help="Largest value printed: a table cuts a larger one, CSV and JSON refuse it.")] = DEFAULT_MAX_CELL_BYTES,
     max_row_bytes: Annotated[int, typer.Option(
-        "--max-row-bytes", min=1, metavar="BYTES",
+        "--max-row-bytes", min=1,
         help="Largest row read (its values together): a larger one is refused.")] = DEFAULT_MAX_ROW_BYTES,
 ) -> None:
     """Run one read-only SQL query and print its rows.
@@ -92,8 +92,8 @@ def sql(
     Examples:
 
     \b
-      warehouse sql "SELECT trial_name, reward FROM trials ORDER BY reward DESC LIMIT 5"
-      warehouse sql "SELECT count(*) AS n FROM trials WHERE reward >= CAST(:r AS REAL)" -p r 0.5
+      warehouse sql "SELECT trial_name, reward FROM trials ORDER BY reward DESC"
+      warehouse sql "SELECT * FROM runs WHERE name = :n" -p n sample-9f8c2915
       echo "SELECT name FROM tasks" | warehouse sql - --format csv
     """
     text = sys.stdin.read() if query == "-" else query

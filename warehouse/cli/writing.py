@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from warehouse.cli.context import state
+from warehouse.cli.output import wrapped
 from warehouse.errors import WarehouseError
 
 if TYPE_CHECKING:
@@ -36,5 +37,5 @@ def confirm(what: str, yes: bool, *, question: str, cancelled: str) -> None:
         return
     if not sys.stdin.isatty():
         raise WarehouseError(f"{what}: nothing done (pass --yes to go ahead)")
-    if not typer.confirm(question, default=False, err=True):
+    if not typer.confirm(wrapped(question), default=False, err=True):
         raise WarehouseError(f"{cancelled} cancelled: nothing done")

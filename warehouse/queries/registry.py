@@ -86,6 +86,11 @@ class Param:
     def option(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        """The values it takes, as told to a user: its choices, and label:KEY where it takes one."""
+        return (*self.choices, "label:KEY") if self.by_label else self.choices
+
     def convert(self, value: Any) -> Any:
         """A value from the CLI or a library caller, as the SQL and post-processing expect it:
         flags become 0/1 (PostgreSQL will not compare a boolean with an integer)."""
@@ -108,7 +113,7 @@ class Param:
                 raise WarehouseError(f"{self.option} label:KEY needs a label key")
             return value
         if self.choices and value not in self.choices:
-            allowed = ", ".join((*self.choices, "label:KEY") if self.by_label else self.choices)
+            allowed = ", ".join(self.allowed)
             raise WarehouseError(f"{self.option} must be one of {allowed}, not {value!r}")
         return value
 

@@ -40,9 +40,10 @@ def reach(host: str) -> str:
 
 def serve(viewer: Viewer, *, host: str, port: int, title: str, open_browser: bool = False,
           say: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
-          ready: Callable[[str], None] | None = None) -> None:
-    """Serve until interrupted. `say` hears the lines a person reads (the address, the warning);
-    `ready` gets the URL once the socket listens."""
+          warn: Callable[[str], None] | None = None, ready: Callable[[str], None] | None = None) -> None:
+    """Serve until interrupted. `say` hears the lines a person reads (the address, that it
+    stopped), `warn` (else `say`) the warning of who else can read; `ready` gets the URL once the
+    socket listens."""
     listening = _listen(host, port)
     try:
         app = _HostChecked(create_app(viewer, title=title), loopback=is_loopback(host))
@@ -54,7 +55,7 @@ def serve(viewer: Viewer, *, host: str, port: int, title: str, open_browser: boo
     url = f"http://{shown}:{bound}/"
     try:
         if not is_loopback(host):
-            say(f"warning: serving on {host}: {reach(host)} can read this warehouse (no login)")
+            (warn or say)(f"warning: serving on {host}: {reach(host)} can read this warehouse (no login)")
         say(f"Serving {title} at {url} (read-only; Ctrl-C to stop)")
         if ready:
             ready(url)
