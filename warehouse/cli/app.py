@@ -25,7 +25,7 @@ from warehouse.errors import WarehouseError, database_error
 # match the commands' own). A new command module gets a line here.
 COMMANDS = {
     "ingest": ("warehouse.cli.ingest", "Load sources into the warehouse, idempotently: units already loaded are skipped."),
-    "search": ("warehouse.cli.search", "Find TEXT in turn texts and verifier output: one row per turn, with a snippet."),
+    "search": ("warehouse.cli.search", "Find TEXT in turn texts, verifier output and exception messages, with a snippet."),
     "show": ("warehouse.cli.show", "Show one trial: run, task, agent, model, reward, status, an episode's turns, verifier output."),
     "sql": ("warehouse.cli.sql", "Run one read-only SQL query and print its rows."),
     "db": ("warehouse.cli.db", "Create, upgrade and check the warehouse schema."),
