@@ -140,3 +140,17 @@ def test_a_multi_step_trial_shows_every_step_with_its_rewards(tmp_path, db_url):
     # Turns are numbered down the page, across the steps.
     numbers = [int(a.split("-")[1]) for a in anchors(text)]
     assert numbers == list(range(len(numbers))) and len(numbers) > 2
+
+
+def test_a_search_hit_in_a_trials_own_text_links_to_that_text(client, engine):
+    """A hit in a verifier's output or an exception message links to that section of its
+    trial's page (#verifier, #exception), which the page has."""
+    _add(engine, "texts", [Trial(run_key="run-y", trial_name="y__0", task_name="task1", reward=None,
+                                 result="AgentTimeoutError", exception_type="AgentTimeoutError",
+                                 exception_message="Agent execution timed out after 540.0 seconds",
+                                 verifier_output="tests timed out too", episodes=[Episode(0, [Turn("user", "go")])])])
+    text = page(client, "/search?q=timed+out")
+    links = re.findall(r'<li><a href="([^"]+)">', text)
+    assert [html.unescape(link).rsplit("#", 1)[1] for link in links] == ["verifier", "exception"]
+    trial = page(client, html.unescape(links[0]).rsplit("#", 1)[0])
+    assert 'id="verifier"' in trial and 'id="exception"' in trial
