@@ -268,16 +268,16 @@ def pass_rate_figure(result: ReadResult, by: str, titles: Mapping[str, str], ord
     # A line joins only what a sweep orders: the values of one label. Runs, models and agents
     # are unrelated points, and the runs without the label, "(none)", are no step of the sweep.
     swept = group not in ("run_key", "model", "agent")
-    traces = [[i for i, row in enumerate(rows) if not swept or row[group] is not None]]
-    traces.append([i for i in range(len(rows)) if i not in traces[0]])
+    labelled = [i for i, row in enumerate(rows) if not swept or row[group] is not None]
+    unlabelled = [i for i, row in enumerate(rows) if swept and row[group] is None]
+    traces = [(labelled, "lines+markers" if swept else "markers", "pass rate"), (unlabelled, "markers", "(none)")]
     figure = go.Figure([go.Scatter(
-        x=[_e(x[i]) for i in part], y=[y[i] for i in part],
-        mode="lines+markers" if swept and n == 0 else "markers", name="pass rate" if n == 0 else "(none)",
+        x=[_e(x[i]) for i in part], y=[y[i] for i in part], mode=mode, name=name,
         error_y=dict(type="data", symmetric=False, array=[high[i] for i in part],
                      arrayminus=[low[i] for i in part], thickness=1.5, width=6),
         hovertext=[hover[i] for i in part], hoverinfo="text", showlegend=False,
         marker=dict(size=9, symbol=["circle" if ties[i] else "circle-open" for i in part]))
-        for n, part in enumerate(traces) if part])
+        for part, mode, name in traces if part])
     figure.update_layout(_layout(height=420), xaxis_title=_grouping(by),
                          yaxis=dict(title="pass rate", range=[0, 1.02], tickformat=".0%"))
     figure.update_xaxes(type="category", categoryorder="array", categoryarray=[_e(name) for name in x])

@@ -53,7 +53,7 @@ def delete(
     if removal.refused:
         raise WarehouseError(f"source {name!r} cannot be taken back: {removal.refused}; nothing done")
     what = _removal_text(name, removal)
-    confirm(f"delete {what}", yes, question=f"delete {what}?", cancelled="delete")
+    confirm(f"delete {what}", yes)
     with write_transaction(ctx) as conn:
         source_id, name = _source(conn, source)
         done = delete_source(conn, source_id)

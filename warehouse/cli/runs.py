@@ -128,7 +128,7 @@ def delete(
     with write_transaction(ctx) as conn:  # counted under the lock, asked after it is let go
         ref = resolve_run(conn, run)
         what = _removal_text(ref, run_removal(conn, ref.id))
-    confirm(f"delete {what}", yes, question=f"delete {what}?", cancelled="delete")
+    confirm(f"delete {what}", yes)
     with write_transaction(ctx) as conn:
         ref = resolve_run(conn, ref.run_key)  # (gone since, by another hand: said as for any unknown run)
         done = delete_run(conn, ref.id)

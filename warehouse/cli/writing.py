@@ -29,13 +29,13 @@ def write_transaction(ctx: typer.Context) -> Iterator[Connection]:
         yield conn
 
 
-def confirm(what: str, yes: bool, *, question: str, cancelled: str) -> None:
-    """Go ahead with `what` (said as "delete …", "downgrading … would delete …") if --yes was
-    given or the person at the terminal answers `question` yes; else a one-line refusal naming
-    it (or the `cancelled` action), nothing done."""
+def confirm(what: str, yes: bool, *, question: str | None = None, cancelled: str | None = None) -> None:
+    """Go ahead with `what` ("delete …", "downgrading … would delete …") if --yes was given or
+    the person at the terminal answers `question` (default: `what`?) yes; else a one-line
+    refusal naming it, or the `cancelled` action (default: `what`'s first word), nothing done."""
     if yes:
         return
     if not sys.stdin.isatty():
         raise WarehouseError(f"{what}: nothing done (pass --yes to go ahead)")
-    if not typer.confirm(wrapped(question), default=False, err=True):
-        raise WarehouseError(f"{cancelled} cancelled: nothing done")
+    if not typer.confirm(wrapped(question or f"{what}?"), default=False, err=True):
+        raise WarehouseError(f"{cancelled or what.split()[0]} cancelled: nothing done")
