@@ -10,7 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from datetime import datetime
+from datetime import date, datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -121,14 +121,20 @@ def test_query_refuses_what_the_cli_refuses(wh):
 
 
 def test_query_filter_keywords_become_filters():
-    assert _filters(run=None, task=None, model=None, agent=None, label=None) is None
-    assert _filters(run="5de746de", task=["fix-*", "debug-?"], model="kimi-k2.6", agent=None,
-                    label={"step": "13"}) == Filters(runs=("5de746de",), tasks=("fix-*", "debug-?"),
-                                                     models=("kimi-k2.6",), labels=(("step", "13"),))
-    assert _filters(run=None, task=None, model=None, agent=["a", "b"], label=["step=13", "lr=3e-5"]) == Filters(
+    none = dict.fromkeys(("run", "task", "model", "agent", "label", "since", "until"))
+    assert _filters(**none) is None
+    assert _filters(**{**none, "run": "5de746de", "task": ["fix-*", "debug-?"], "model": "kimi-k2.6",
+                       "label": {"step": "13"}}) == Filters(runs=("5de746de",), tasks=("fix-*", "debug-?"),
+                                                            models=("kimi-k2.6",), labels=(("step", "13"),))
+    assert _filters(**{**none, "agent": ["a", "b"], "label": ["step=13", "lr=3e-5"]}) == Filters(
         agents=("a", "b"), labels=(("step", "13"), ("lr", "3e-5")))
+    # A date is its midnight in UTC; --until's date takes in the whole day.
+    assert _filters(**{**none, "since": date(2026, 6, 4), "until": "2026-06-04"}) == Filters(
+        since=datetime(2026, 6, 4, tzinfo=timezone.utc), until=datetime(2026, 6, 5, tzinfo=timezone.utc))
     with pytest.raises(warehouse.WarehouseError, match="a label is key=value"):
-        _filters(run=None, task=None, model=None, agent=None, label="step")
+        _filters(**{**none, "label": "step"})
+    with pytest.raises(warehouse.WarehouseError, match="since must be a str, a date or a datetime, not int"):
+        _filters(**{**none, "since": 20260604})
 
 
 def test_query_filters_narrow_it(wh):

@@ -23,7 +23,8 @@ from sqlalchemy import text
 from procs import CLI, run_cli
 from warehouse.queries import QUERIES, run_canned
 from warehouse.queries.outcome import DEFAULT_NOTE as ERRORS_NOTE
-from warehouse.report import CHARTS, natural_key, run_titles
+from warehouse.report import CHARTS, run_titles
+from warehouse.runs import natural_key
 from warehouse.runs import set_labels
 
 
@@ -334,7 +335,6 @@ def test_labels_no_run_has_give_a_page_that_says_so(sweep, tmp_path):
     (["--run", "job-"], "run 'job-' is ambiguous: it could be "),
     (["--by", "nosuch"], "--by is run, model, agent or label:KEY, not 'nosuch'"),
     (["--by", "label:nosuch"], "no run carries the label 'nosuch'"),
-    (["--label", "step"], "a label is key=value, got 'step'"),
     (["--model", "no-such-model", "--by", "label:nosuch"], "no run carries the label 'nosuch'"),
 ])
 def test_errors_are_one_line_and_write_nothing(sweep, args, error, tmp_path):
@@ -343,6 +343,15 @@ def test_errors_are_one_line_and_write_nothing(sweep, args, error, tmp_path):
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("Error: " + error)
     assert not out.exists() and not list(tmp_path.glob(".r.html.*"))
+
+
+def test_a_filter_value_that_is_no_value_is_a_usage_error(sweep, tmp_path):
+    out = tmp_path / "r.html"
+    for args, error in ((["--label", "step"], "a label is key=value, got 'step'"),
+                        (["--since", "last week"], "--since takes a date")):
+        done = report(sweep, out, *args)
+        assert done.returncode == 2 and f"Error: Invalid value: {error}" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and not out.exists()
 
 
 def test_out_is_not_overwritten_without_force(sweep, tmp_path):

@@ -13,6 +13,7 @@ from ingest.shape.records import Episode, Trial, Turn
 from ingest.write import writer
 from query_fixture import cli
 from warehouse import search as search_lib
+from warehouse.filters import Filters
 from warehouse.search import build_index, drop_index, index_status, search
 
 VERIFIER_HIT = ("run-b", "task1__b0", None, None, None, "verifier", "FAILED: AssertionError: expected error")
@@ -53,6 +54,11 @@ CASES = [
 ]
 
 
+def _search(url, needle: str, *, run=None, task=None, **rest):
+    """search, its run and task given as the API and the CLI give them: as filters."""
+    return search(url, needle, filters=Filters.of(run=run, task=task), **rest)
+
+
 @pytest.fixture
 def url(db_url, engine):
     query_fixture.build(engine)
@@ -64,7 +70,7 @@ def test_hits_and_misses(url, engine, indexed):
     if indexed:
         build_index(engine)
     for needle, filters, expected in CASES:
-        result = search(url, needle, **filters)
+        result = _search(url, needle, **filters)
         assert result.rows == expected, (needle, filters)
         assert result.columns == ["run_key", "trial_name", "trace_source", "episode", "turn", "role", "snippet"]
     assert search(url, "error").via_index is indexed
@@ -136,7 +142,7 @@ def test_every_way_of_finding_hits_gives_the_plain_answer(url, engine, indexed, 
     for needle, filters in searches:
         expected = _reference(engine, needle, **filters)
         for limit in (1, 2, 3, 5, 8, 13, 1000):
-            found = search(url, needle, limit=limit, **filters)
+            found = _search(url, needle, limit=limit, **filters)
             assert [row[:6] for row in found.rows] == expected[:limit], (needle, filters, limit)
             assert found.truncated == (len(expected) > limit), (needle, filters, limit)
 

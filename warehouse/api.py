@@ -26,6 +26,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
@@ -249,20 +250,20 @@ class Warehouse:
               task: str | Iterable[str] | None = None, model: str | Iterable[str] | None = None,
               agent: str | Iterable[str] | None = None,
               label: str | Iterable[str] | Mapping[str, str] | None = None,
+              since: str | date | None = None, until: str | date | None = None,
               timeout: float = DEFAULT_TIMEOUT, **params: Any) -> Result:
         """A canned query (`warehouse query list`), its parameters by their Python names
         (`per_task=True`, `k=[1, 5]`, `threshold=0.5`). The filters narrow it: `run` (run keys, unique
         prefixes or names), `task` (globs), `model`, `agent`, each one value or several; `label`
-        "key=value", several, or a dict."""
+        "key=value", several, or a dict; `since` and `until` a window on the trials' start (a date,
+        a datetime, or text as `--since` takes it)."""
         from warehouse.queries import QUERIES, run_canned
 
         check.text(name, "the query's name")
         canned = QUERIES.get(name) or QUERIES.get(name.replace("_", "-"))
         if canned is None:
             raise WarehouseError(f"no canned query {name!r}: the queries are {', '.join(QUERIES)}")
-        filters = _filters(run=check.texts(run, "run"), task=check.texts(task, "task"),
-                           model=check.texts(model, "model"), agent=check.texts(agent, "agent"),
-                           label=check.labels(label))
+        filters = _filters(run=run, task=task, model=model, agent=agent, label=label, since=since, until=until)
         canned.values(params)  # a parameter it has not, a value it refuses: before connecting
         self._ready_for_reads()
         with _errors():
@@ -302,21 +303,26 @@ class Warehouse:
                                         max_row_bytes=max_row_bytes) as rows:
             yield rows
 
-    def search(self, text: str, /, *, run: str | None = None, task: str | None = None,
+    def search(self, text: str, /, *, run: str | Iterable[str] | None = None,
+               task: str | Iterable[str] | None = None, model: str | Iterable[str] | None = None,
+               agent: str | Iterable[str] | None = None,
+               label: str | Iterable[str] | Mapping[str, str] | None = None,
+               since: str | date | None = None, until: str | date | None = None,
                role: str | None = None, limit: int = 50, by: str = "turn",
                timeout: float = DEFAULT_TIMEOUT) -> Result:
         """Turns, verifier output and exception messages holding `text` (what `warehouse search`
         finds), one row per turn with a snippet, or with `by="trial"` one per trial with its hits
-        counted; at most `limit` (`truncated`: there were more)."""
+        counted; at most `limit` (`truncated`: there were more). The filters as `query`'s."""
         from warehouse.search import search
 
         check.text(text, "the search text")
-        for value, what in ((run, "run"), (task, "task"), (role, "role"), (by, "by")):
+        filters = _filters(run=run, task=task, model=model, agent=agent, label=label, since=since, until=until)
+        for value, what in ((role, "role"), (by, "by")):
             check.optional_text(value, what)
         check.integer(limit, "limit", 1)
         self._ready_for_reads()
         with _errors():
-            found = search(self.url, text, run=run, task=task, role=role, limit=limit, by=by, timeout=timeout)
+            found = search(self.url, text, filters=filters, role=role, limit=limit, by=by, timeout=timeout)
         return Result(found.columns, found.rows, found.truncated, found.note)
 
     def show(self, trial: str | int, /, *, episode: int | None = None, all_episodes: bool = False,
@@ -338,13 +344,17 @@ class Warehouse:
             return load_trajectory(engine, trial, episode=episode, all_episodes=all_episodes, trace=trace, turns=turns)
 
 
-def _filters(*, run: Any, task: Any, model: Any, agent: Any, label: Any) -> Filters | None:
-    """The filter keywords of `query` as warehouse.filters.Filters; None when none is given."""
-    if all(value is None for value in (run, task, model, agent, label)):
+def _filters(*, run: Any, task: Any, model: Any, agent: Any, label: Any, since: Any, until: Any) -> Filters | None:
+    """The filter keywords of `query` and `search`, checked, as warehouse.filters.Filters; None
+    when none is given."""
+    given = {"run": check.texts(run, "run"), "task": check.texts(task, "task"), "model": check.texts(model, "model"),
+             "agent": check.texts(agent, "agent"), "label": check.labels(label),
+             "since": check.when(since, "since"), "until": check.when(until, "until")}
+    if all(value is None for value in given.values()):
         return None
     from warehouse.filters import Filters
 
-    return Filters.of(run=run, task=task, model=model, agent=agent, label=label)
+    return Filters.of(**given)
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from datetime import date
 from typing import Any
 
 from warehouse.errors import ArgumentTypeError, ArgumentValueError
@@ -57,6 +58,13 @@ def texts(value: Any, name: str) -> str | list[str] | None:
     if not isinstance(value, Iterable) or isinstance(value, (bytes, Mapping)):
         raise ArgumentTypeError(f"{name} must be a str or a list of str, not {_kind(value)}")
     return [text(item, f"each of {name}") for item in value]
+
+
+def when(value: Any, name: str) -> Any:
+    """None, or a time as the filters take it: a str (a date, a time, an age), a date or a datetime."""
+    if value is not None and not isinstance(value, (str, date)):  # (a datetime is a date)
+        raise ArgumentTypeError(f"{name} must be a str, a date or a datetime, not {_kind(value)}")
+    return value
 
 
 def labels(value: Any, name: str = "label") -> Any:

@@ -210,7 +210,8 @@ class _Selection:
         episodes = None
         check_threshold(pick.threshold, conn)  # outside [0, 1]: within the rewards stored
         if filters or pick:
-            predicate = filters.sql(conn, run_id="s.run_id", task="s.task", model="s.model", agent="s.agent")
+            predicate = filters.sql(conn, run_id="s.run_id", task="s.task", model="s.model", agent="s.agent",
+                                    started_at="s.started_at")
             # The trials are picked once, through the guarded read path (the user's --where is
             # in that statement); the export's own statements read their ids, bound as one JSON
             # array, never the predicate.
@@ -745,6 +746,8 @@ def _describe_filters(filters: Filters) -> list[str]:
                          ("models", filters.models), ("agents", filters.agents)):
         if values:
             lines.append(f"{name}: " + ", ".join(f"`{v}`" for v in values))
+    if filters.times:
+        lines.append(f"trials started: {filters.window_text()}")
     return lines
 
 

@@ -12,13 +12,19 @@ Meanings (the same everywhere):
   stored as `anthropic/kimi-k2.6` (single-step trials, Hub rows) and as `kimi-k2.6` (Harbor's
   multi-step trials, which record the model without its provider), not `openai/kimi-k2.6`;
   `--model kimi-k2.6` matches all three. A glob likewise (model_terms).
+- `since`, `until`: a window on the trials' start (`started_at`): at or after `since`, before
+  `until` (parse_when: a date, a time, or an age such as 7d). A trial whose start is unknown is
+  in no window.
 Several values of one filter are alternatives (OR); different filters all apply (AND).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
 
 from sqlalchemy import Connection, text
 
@@ -51,6 +57,41 @@ def has_wildcard(glob: str) -> bool:
     return "*" in glob or "?" in glob
 
 
+# An age, back from now: 12h, 7d, 2w.
+_AGE = re.compile(r"(\d+)\s*([hdw])")
+_AGE_UNITS = {"h": "hours", "d": "days", "w": "weeks"}
+WHEN_FORMS = "a date (2026-06-04), a time (2026-06-04T13:00, UTC unless it names its zone) or an age (12h, 7d, 2w)"
+
+
+def parse_when(value: str | date | datetime | None, option: str, *, end: bool = False) -> datetime | None:
+    """A --since or --until value as an aware UTC datetime. A date alone is its midnight (UTC),
+    or with `end` (--until) the next one, so that the day itself is in the window; a time
+    without a zone is UTC, as the warehouse stores times; an age is that long before now."""
+    if value is None or isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, date):
+        moment = datetime(value.year, value.month, value.day) + timedelta(days=1 if end else 0)
+    else:
+        given = str(value).strip()
+        if age := _AGE.fullmatch(given):
+            moment = datetime.now(timezone.utc) - timedelta(**{_AGE_UNITS[age[2]]: int(age[1])})
+        else:
+            try:
+                if re.fullmatch(r"\d{4}-\d{2}-\d{2}", given):
+                    return parse_when(date.fromisoformat(given), option, end=end)
+                moment = datetime.fromisoformat(given)
+            except ValueError:
+                raise WarehouseError(f"{option} takes {WHEN_FORMS}, not {given!r}") from None
+    if moment is None:
+        return None
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+
+
+def when_text(moment: datetime) -> str:
+    """A window's end as the warehouse shows times: ISO 8601 in UTC, with its zone."""
+    return moment.isoformat().replace("+00:00", "Z")
+
+
 @dataclass(frozen=True)
 class Filters:
     runs: tuple[str, ...] = ()
@@ -58,20 +99,44 @@ class Filters:
     models: tuple[str, ...] = ()
     agents: tuple[str, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
+    since: datetime | None = None
+    until: datetime | None = None
 
     @classmethod
-    def of(cls, *, run=None, task=None, model=None, agent=None, label=None) -> "Filters":
+    def of(cls, *, run=None, task=None, model=None, agent=None, label=None, since=None, until=None) -> "Filters":
         """From options as typed or passed to the API: each a value or a list of values;
-        labels as `key=value` text, `(key, value)` pairs or a mapping."""
-        return cls(_as_tuple(run), _as_tuple(task), _as_tuple(model), _as_tuple(agent), label_pairs(label))
+        labels as `key=value` text, `(key, value)` pairs or a mapping; since and until as
+        parse_when takes them."""
+        start, end = parse_when(since, "--since"), parse_when(until, "--until", end=True)
+        if start is not None and end is not None and start >= end:
+            raise WarehouseError(f"--since {since} is not before --until {until}")
+        return cls(_as_tuple(run), _as_tuple(task), _as_tuple(model), _as_tuple(agent), label_pairs(label),
+                   start, end)
+
+    def keywords(self) -> dict[str, Any]:
+        """These filters as the keywords of Filters.of (and of the API's query and search), which
+        give them back the same."""
+        return {"run": self.runs or None, "task": self.tasks or None, "model": self.models or None,
+                "agent": self.agents or None, "label": list(self.labels) or None, "since": self.since, "until": self.until}
 
     def __bool__(self) -> bool:
-        return bool(self.runs or self.tasks or self.models or self.agents or self.labels)
+        return bool(self.runs or self.tasks or self.models or self.agents or self.labels or self.times)
+
+    @property
+    def times(self) -> bool:
+        """Whether these filters hold a window on the trials' start (--since, --until)."""
+        return self.since is not None or self.until is not None
 
     @property
     def narrows_trials(self) -> bool:
-        """Whether these filters pick trials within a run (by task, model or agent), not only runs."""
-        return bool(self.tasks or self.models or self.agents)
+        """Whether these filters pick trials within a run (by task, model, agent or start), not only runs."""
+        return bool(self.tasks or self.models or self.agents or self.times)
+
+    @property
+    def needs_connection(self) -> bool:
+        """Whether sql() needs the connection: to resolve runs and labels, or for its dialect
+        (a time is bound as each backend stores it)."""
+        return self.names_runs or self.times
 
     @property
     def names_runs(self) -> bool:
@@ -95,13 +160,14 @@ class Filters:
 
     def sql(self, conn: Connection, *, run_id: str | None = None, task: str | None = None,
             model: str | None = None, agent: str | None = None, task_id: str | None = None,
-            run_ids: set[int] | None | object = _UNRESOLVED) -> tuple[str, dict[str, str]]:
+            started_at: str | None = None,
+            run_ids: set[int] | None | object = _UNRESOLVED) -> tuple[str, dict[str, Any]]:
         """A predicate over the column expressions named (e.g. `run_id="b.run_id"`), and its
         binds, named `f_…` so as not to meet the statement's own. `1=1` when nothing filters.
         A table with a task's id but not its name gives `task_id`: the globs are then matched
         in `tasks`, once, not once per row. `run_ids`: what run_ids(conn) gave, for a caller
         making several predicates from these filters (the runs resolved once, not per slot)."""
-        binds: dict[str, str] = {}
+        binds: dict[str, Any] = {}
         terms: list[str] = []
 
         def need(column: str | None, option: str) -> str:
@@ -128,7 +194,21 @@ class Filters:
             terms.append(globs("model", need(model, "--model"), self.models))
         if self.agents:
             terms.append(globs("agent", need(agent, "--agent"), self.agents))
+        if self.times:
+            terms.append(self._window(conn, need(started_at, "--since or --until"), "f_", binds))
         return (" AND ".join(terms) if terms else "1=1"), binds
+
+    def _window(self, conn: Connection, column: str, name: str, binds: dict[str, Any]) -> str:
+        """`column` (a trial's start) is within --since and --until, binding their values as
+        the backend stores times: SQLite as text in UTC (which compares in time order), and
+        PostgreSQL as aware datetimes."""
+        terms = []
+        for end, value, test in (("since", self.since, ">="), ("until", self.until, "<")):
+            if value is not None:
+                binds[f"{name}{end}"] = (value.strftime("%Y-%m-%d %H:%M:%S.%f") if conn.dialect.name == "sqlite"
+                                         else value)
+                terms.append(f"{column} {test} :{name}{end}")
+        return " AND ".join(terms)
 
     def unmatched(self, conn: Connection) -> str | None:
         """One line naming each value of these filters that matches nothing in the warehouse (a
@@ -159,7 +239,18 @@ class Filters:
         for key, value in self.labels:
             if not _exists(conn, "SELECT 1 FROM run_labels WHERE key = :k AND value = :v", {"k": key, "v": value}):
                 misses.append(f"--label {key}={value} is on no run")
+        if self.times:
+            binds: dict[str, Any] = {}
+            if not _exists(conn, f"SELECT 1 FROM trials t_f WHERE {self._window(conn, 't_f.started_at', 'u', binds)}",
+                           binds):
+                misses.append(f"no trial started {self.window_text()}")
         return "; ".join(misses) if misses else None
+
+    def window_text(self) -> str:
+        """The window on the trials' start, in words: `since 2026-06-04T00:00:00Z`."""
+        parts = [f"{word} {when_text(value)}" for word, value in (("since", self.since), ("before", self.until))
+                 if value is not None]
+        return " and ".join(parts)
 
 
 # How many tasks a "did you mean" names.

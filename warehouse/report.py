@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import html
 import os
-import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from warehouse.filters import Filters
 from warehouse.outdir import check_parent, write_error
 from warehouse.queries import QUERIES, run_canned
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult
-from warehouse.runs import labels_of
+from warehouse.runs import labels_of, natural_key
 
 INSTALL_HINT = "python3 -m pip install plotly (or the project's extra: pip install 'trajectory-warehouse[report]')"
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
@@ -402,16 +401,13 @@ def run_titles(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return titles
 
 
-def natural_key(text: str) -> list[Any]:
-    """Sort key reading digit runs as numbers: ckpt-200 before ckpt-1000."""
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
-
-
 def _describe(filters: Filters, by: str, errors: str = "fail", metric: str | None = None) -> str:
     parts = [f"runs {', '.join(filters.runs)}"] if filters.runs else []
     parts += [f"{what} {', '.join(values)}" for what, values in
               (("tasks", filters.tasks), ("models", filters.models), ("agents", filters.agents)) if values]
     parts += [f"{key}={value}" for key, value in filters.labels]
+    if filters.times:
+        parts.append(f"trials started {filters.window_text()}")
     if by != "run":
         parts.append(f"pass rate by {by}")
     if metric is not None:

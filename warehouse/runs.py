@@ -18,13 +18,17 @@ Labels are `key=value` text on a run (table `run_labels`, one value per key per 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, text
 
 from warehouse.errors import WarehouseError
+
+if TYPE_CHECKING:
+    from warehouse.filters import Filters  # which imports this module
 
 # How many candidates an ambiguous spec lists before "…".
 _CANDIDATES_SHOWN = 5
@@ -244,6 +248,12 @@ def label_sort_key(value: str | None) -> tuple:
     return (0, number, value) if math.isfinite(number) else (1, 0.0, value)
 
 
+def natural_key(text: str) -> list[Any]:
+    """Sort key reading digit runs as numbers: ckpt-200 before ckpt-1000 (how every listing
+    orders names: `runs --sort name`, the report, the viewer)."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part]
+
+
 # --- the runs listing ---------------------------------------------------------------------------
 
 RUN_COLUMNS = ["run_key", "name", "labels", "trials", "pass_rate", "sources"]
@@ -263,21 +273,45 @@ ORDER BY r.run_key
 """
 
 
-def list_runs(conn: Connection, sort: str | None = None) -> tuple[list[str], list[tuple]]:
-    """`warehouse runs`: one row per run (RUN_COLUMNS), by key, or by `name` or `label:KEY`
-    (label_sort_key's order, runs without the label last)."""
+# A filter on the trials (warehouse.filters: task, model, agent, start): the trials it keeps,
+# counted per run from the trials themselves.
+_NARROWED = """
+SELECT tr.run_id, count(*) AS trials,
+       CAST(sum(CASE WHEN tr.reward >= 1.0 THEN 1 ELSE 0 END) AS DOUBLE PRECISION) / count(*) AS pass_rate
+FROM trials tr
+WHERE {predicate}
+GROUP BY tr.run_id
+"""
+
+
+def list_runs(conn: Connection, sort: str | None = None, filters: "Filters | None" = None
+              ) -> tuple[list[str], list[tuple]]:
+    """`warehouse runs`: one row per run (RUN_COLUMNS), by key, or by `name` (natural_key's
+    order, runs without a name last) or `label:KEY` (label_sort_key's, runs without the label
+    last). `filters` narrow it as they narrow `query runs`: runs and labels keep their runs; a
+    filter on the trials counts only the trials it keeps, and leaves out a run with none."""
+    if sort not in (None, "key", "name") and not (sort.startswith("label:") and sort[len("label:"):]):
+        raise WarehouseError(f"--sort is key, name or label:KEY, not {sort!r}")
     rows = conn.execute(text(_LIST)).all()
+    if filters:
+        run_ids = filters.run_ids(conn)
+        rows = [row for row in rows if run_ids is None or row[0] in run_ids]
+    if filters and filters.narrows_trials:
+        predicate, binds = filters.sql(conn, run_id="tr.run_id", task_id="tr.task_id", model="tr.model",
+                                       agent="tr.agent", started_at="tr.started_at", run_ids=None)
+        kept = {run_id: (trials, rate) for run_id, trials, rate in
+                conn.execute(text(_NARROWED.format(predicate=predicate)), binds)}
+        rows = [(run_id, key, name, *kept[run_id], sources) for run_id, key, name, _, _, sources in rows
+                if run_id in kept]
     labels = labels_of(conn)
     out = [(run_key, name, ", ".join(f"{k}={v}" for k, v in labels.get(run_id, {}).items()),
             trials or 0, pass_rate, sources, labels.get(run_id, {}))
            for run_id, run_key, name, trials, pass_rate, sources in rows]
     if sort == "name":
-        out.sort(key=lambda row: (row[1] is None, row[1] or "", row[0]))
-    elif sort and sort.startswith("label:") and sort[len("label:"):]:
+        out.sort(key=lambda row: (row[1] is None, natural_key(row[1] or ""), row[0]))
+    elif sort and sort.startswith("label:"):
         key = sort[len("label:"):]
         out.sort(key=lambda row: (label_sort_key(row[6].get(key)), row[0]))
-    elif sort not in (None, "key"):
-        raise WarehouseError(f"--sort is key, name or label:KEY, not {sort!r}")
     return RUN_COLUMNS, [row[:6] for row in out]
 
 

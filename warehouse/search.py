@@ -43,7 +43,6 @@ from warehouse.display import printable
 from warehouse.errors import WarehouseError
 from warehouse.filters import Filters
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, ReadSession, readonly_session
-from warehouse.runs import resolve_run
 from warehouse.texts import split_text
 
 FTS_TABLE = "search_fts_messages"
@@ -106,7 +105,7 @@ CANDIDATE_USES = 20_000
 FIRST_BATCH, LAST_BATCH = 32, 8_192
 
 
-def search(url: URL | str, text: str, *, run: str | None = None, task: str | None = None,
+def search(url: URL | str, text: str, *, filters: Filters | None = None,
            role: str | None = None, limit: int = 50, by: str = "turn",
            timeout: float = DEFAULT_TIMEOUT) -> SearchResult:
     """Turns whose text contains `text`, and trials whose verifier output or exception message
@@ -134,12 +133,10 @@ def search(url: URL | str, text: str, *, run: str | None = None, task: str | Non
             plural = "s" if index.unindexed != 1 else ""
             notes.append(f"{index.unindexed} message{plural} arrived after the last `warehouse index build` "
                          "and were searched without the index; run it again to index them")
-        if run is not None:  # a key, a unique prefix, a name; an unknown one is an error, not no hits
-            run = resolve_run(session.connection, run).run_key
-        tasks = Filters.of(task=task)  # a name or a glob, as every query's --task
-        if task is not None:  # a task glob no task's name matches: said beside the hits
-            notes.append(tasks.unmatched(session.connection))
-        finder = _Finder(session, backend, needle, use_fts=use_fts, index=index, run=run, tasks=tasks, role=role)
+        filters = filters or Filters()
+        if filters.narrows_trials or filters.labels:  # a value that matches nothing: said beside the hits
+            notes.append(filters.unmatched(session.connection))
+        finder = _Finder(session, backend, needle, use_fts=use_fts, index=index, filters=filters, role=role)
         if by == "trial":
             counted = _by_trial(finder, limit + 1)
             truncated = len(counted) > limit
@@ -178,16 +175,19 @@ class _Finder:
     """The hits of one search, found in the answer's order (see CANDIDATES)."""
 
     def __init__(self, session: ReadSession, backend: str, needle: str, *, use_fts: bool, index: IndexStatus,
-                 run: str | None, tasks: Filters, role: str | None):
+                 filters: Filters, role: str | None):
         self.session, self.backend, self.use_fts, self.index = session, backend, use_fts, index
-        self.run, self.role = run, role
+        self.role = role
         self.folded = needle.translate(_ASCII_FOLD)
-        self.task_sql, task_binds = tasks.sql(session.connection, task="tk.name") if tasks else ("", {})
+        # The runs first (an unknown one is an error, not no hits), then a predicate over every
+        # statement's trials (tr) and tasks (tk).
+        self.run_ids = filters.run_ids(session.connection)
+        where, filter_binds = filters.sql(session.connection, run_id="tr.run_id", task="tk.name", model="tr.model",
+                                          agent="tr.agent", started_at="tr.started_at", run_ids=self.run_ids)
         self.params = {"pattern": "%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%", "needle": self.folded,
-                       "run": run, "role": role, **task_binds,
+                       "role": role, **filter_binds,
                        "phrase": '"' + needle.replace('"', '""') + '"', "indexed_through": index.indexed_through}
-        self.filters = "".join([" AND r.run_key = :run" if run is not None else "",
-                                f" AND {self.task_sql}" if self.task_sql else ""])
+        self.filters = f" AND {where}" if filters else ""
 
     @property
     def turns_wanted(self) -> bool:
@@ -199,7 +199,7 @@ class _Finder:
 
     def first(self, wanted: int) -> list[tuple]:
         """The first `wanted` hits."""
-        walk = _TrialsInOrder(self.session, self.run, self.task_sql, self.params)
+        walk = _TrialsInOrder(self.session, self.run_ids, self.filters, self.params)
         # A common needle fills the page from the first trials, every text tested.
         rows = self._hits(None, {}, walk.take(FIRST_BATCH), wanted)
         # Every text is to be tested, until the texts holding the needle are listed: messages,
@@ -297,14 +297,14 @@ class _Finder:
 
 
 class _TrialsInOrder:
-    """The trials (of the run and task searched) in the answer's order, taken in batches. A
-    run's trials come by the unique index on (run, trial name): no sort."""
+    """The trials (that the filters keep) in the answer's order, taken in batches. A run's
+    trials come by the unique index on (run, trial name): no sort."""
 
-    def __init__(self, session: ReadSession, run: str | None, task_sql: str, params: dict):
-        self.session, self.task_sql, self.params = session, task_sql, params
-        self.runs = [row[0] for row in session.fetch(
-            "SELECT r.id FROM runs r" + (" WHERE r.run_key = :run" if run is not None else "") + " ORDER BY r.run_key",
-            {"run": run}, max_rows=None).rows]
+    def __init__(self, session: ReadSession, run_ids: set[int] | None, filters: str, params: dict):
+        self.session, self.filters, self.params = session, filters, params
+        self.runs = [row[0] for row in session.fetch("SELECT r.id FROM runs r ORDER BY r.run_key", {},
+                                                     max_rows=None).rows
+                     if run_ids is None or row[0] in run_ids]
         self.after: str | None = None  # the last trial name taken from runs[0]
         self.taken = 0
 
@@ -321,7 +321,7 @@ class _TrialsInOrder:
                 "SELECT tr.id, tr.trial_name FROM trials tr LEFT JOIN tasks tk ON tk.id = tr.task_id "
                 f"WHERE tr.run_id = {int(self.runs[0])}"
                 + (" AND tr.trial_name > :after" if self.after is not None else "")
-                + (f" AND {self.task_sql}" if self.task_sql else "")
+                + self.filters
                 + f" ORDER BY tr.trial_name LIMIT {int(wanted)}",
                 {**self.params, "after": self.after}, max_rows=None).rows
             ids += [int(row[0]) for row in rows]

@@ -11,7 +11,9 @@ import typer
 
 from warehouse.cli.app import app as root
 from warehouse.cli.context import state
+from warehouse.cli.filtering import narrowed
 from warehouse.cli.output import echo_err
+from warehouse.filters import Filters
 from warehouse.selection import DEFAULT_PICK_TIMEOUT
 
 app = typer.Typer(no_args_is_help=True, help="""Write warehouse contents out as Parquet.
@@ -47,19 +49,11 @@ class CardPathsChoice(str, Enum):
 
 
 @app.command()
+@narrowed
 def hub(
     ctx: typer.Context,
     out: Out,
-    run: Annotated[Optional[list[str]], typer.Option(
-        "--run", help="Export this run's episodes (run key, a unique prefix of it, or name); repeatable.")] = None,
-    task: Annotated[Optional[list[str]], typer.Option(
-        "--task", help="Only trials of the tasks this glob matches (* and ?); repeatable.")] = None,
-    label: Annotated[Optional[list[str]], typer.Option(
-        "--label", help="Only runs with this label; repeatable (all must hold).")] = None,
-    model: Annotated[Optional[list[str]], typer.Option(
-        "--model", help="Only trials of this model (glob; with or without its provider); repeatable.")] = None,
-    agent: Annotated[Optional[list[str]], typer.Option(
-        "--agent", help="Only trials of this agent (glob); repeatable.")] = None,
+    filters: Filters = Filters(),
     source: Annotated[Optional[list[str]], typer.Option(
         "--source", help="Export this source's rows, shard by shard as ingested (name, URI or path); "
         "repeatable. With --run: only those runs' rows of it.")] = None,
@@ -107,8 +101,8 @@ def hub(
     By run (or, without --run and --source, every run), each episode once, under the union of
     the schemas of the shards it came from.
 
-    --task, --label, --model, --agent, --solved, --where, --per-task, --episodes and
-    --no-subagents narrow either to a dataset built by query; README.md says what was selected,
+    --task, --label, --model, --agent, --since, --until, --solved, --where, --per-task,
+    --episodes and --no-subagents narrow either to a dataset built by query; README.md says what was selected,
     from which runs, sources and loads, and by which command.
 
     Trials read from trace directories are written as `harbor traces export` writes them, with
@@ -126,10 +120,8 @@ def hub(
     engine = state(ctx).read_engine()
     from warehouse.export import CardPaths, export_hub  # pyarrow: imported by the commands that use it
     from warehouse.harbor_rows import Columns
-    from warehouse.filters import Filters
     from warehouse.selection import Pick
 
-    filters = Filters.of(run=run, task=task, model=model, agent=agent, label=label)
     paths = CardPaths(root=card_root, full=card_paths is CardPathsChoice.full)
     pick = Pick(solved=solved, threshold=threshold, where=where, per_task=per_task.value, episodes=episodes.value,
                 subagents=subagents)

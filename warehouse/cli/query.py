@@ -11,17 +11,17 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
+from warehouse.cli.filtering import filter_parameters, filters_from
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
 from warehouse.cli.shared import choice_list
 from warehouse.errors import ArgumentValueError, WarehouseError
-from warehouse.filters import Filters
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param
 from warehouse.readonly import DEFAULT_TIMEOUT
 from warehouse.runs import RUN_NAME_COLUMNS, run_names, with_run_names
 
 query_app = typer.Typer(no_args_is_help=True, help="""Canned cross-run queries: `warehouse query list` shows them.
 
-    Each takes --run, --task, --model, --agent and --label to narrow it.
+    Each takes --run, --task, --model, --agent, --label, --since and --until to narrow it.
 
     Examples:
 
@@ -69,16 +69,6 @@ def examples_help(lines: tuple[str, ...]) -> str:
 
 
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Stop the query after this many seconds.")]
-
-# The filters every query takes (warehouse.filters): (keyword, option, help).
-FILTER_OPTIONS = (
-    ("run", "--run", "Only this run: its key, a unique prefix of it, or its name. Repeatable."),
-    ("task", "--task", "Only tasks matching this glob (* and ?). Repeatable."),
-    ("model", "--model", "Only this model (with or without its provider; glob). Repeatable."),
-    ("agent", "--agent", "Only this agent (glob). Repeatable."),
-    ("label", "--label", "Only runs with this label. Repeatable: all must hold."),
-)
-
 
 @query_app.command("list")
 def list_queries(fmt: FormatOption = Format.table, wide: WideOption = False) -> None:
@@ -128,11 +118,6 @@ def _alias(param: Param) -> inspect.Parameter:
                              annotation=Annotated[Optional[str], typer.Option(param.option, hidden=True)])
 
 
-def _filter_option(keyword: str, option: str, help: str) -> inspect.Parameter:
-    return inspect.Parameter(f"filter_{keyword}", inspect.Parameter.KEYWORD_ONLY, default=None,
-                             annotation=Annotated[Optional[list[str]], typer.Option(option, help=help)])
-
-
 # The columns a query exists for, which a table fitting the terminal leaves out last (never).
 _KEEP = {"compare-test": ("verdict", "kind"), "compare": ("flip",), "leaderboard": ("pass_rate", "tied_with_best", "verdict")}
 # Columns other than run_key that hold run keys, and where a table names those runs.
@@ -148,7 +133,7 @@ def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple
     def command(ctx: typer.Context, format: Format, wide: bool, timeout: float, **values: Any) -> None:
         if ctx.invoked_subcommand is not None:
             return
-        narrowed = {keyword: values.pop(f"filter_{keyword}") for keyword, _, _ in FILTER_OPTIONS}
+        filters = filters_from(values)
         for param in positional:
             given, option = values[param.name], values.pop(f"{param.name}_option")
             if given is not None and option is not None and given != option:
@@ -158,13 +143,12 @@ def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple
                 raise typer.BadParameter(f"missing {param.name.upper()} (or {param.option})")
         try:
             query.values(values)  # a value the option's type lets through but the query refuses
-            filters = Filters.of(**narrowed)
         except ArgumentValueError:
             raise  # a value outside its range: one line, as --confidence's and --timeout's
         except WarehouseError as exc:
             raise typer.BadParameter(str(exc)) from None
         wh = state(ctx).warehouse
-        result = wh.query(query.name, timeout=timeout, **narrowed, **values)
+        result = wh.query(query.name, timeout=timeout, **filters.keywords(), **values)
         columns, rows = result.columns, result.rows
         if format is Format.table:  # runs by name as well as key, for people (CSV and JSON stay as they are)
             columns, rows = with_run_names(columns, rows, lambda: run_names(wh.url, timeout),
@@ -180,7 +164,7 @@ def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
         *(_option(p) for p in query.params),
         *(_alias(p) for p in positional),
-        *(_filter_option(*option) for option in FILTER_OPTIONS),
+        *filter_parameters(),
         inspect.Parameter("format", inspect.Parameter.KEYWORD_ONLY, annotation=FormatOption, default=Format.table),
         inspect.Parameter("wide", inspect.Parameter.KEYWORD_ONLY, annotation=WideOption, default=False),
         inspect.Parameter("timeout", inspect.Parameter.KEYWORD_ONLY, annotation=TimeoutOption,

@@ -9,26 +9,20 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
+from warehouse.cli.filtering import narrowed
 from warehouse.cli.output import echo_err
 from warehouse.cli.shared import choice_list
+from warehouse.filters import Filters
 from warehouse.queries.catalog import BY_GROUP, ERRORS
 from warehouse.readonly import DEFAULT_TIMEOUT
 
 
 @app.command()
+@narrowed
 def report(
     ctx: typer.Context,
     out: Annotated[Path, typer.Argument(help="The HTML file to write; refused if it exists, unless --force.")],
-    run: Annotated[Optional[list[str]], typer.Option(
-        "--run", help="Only this run (run key, unique prefix or name); repeatable.")] = None,
-    task: Annotated[Optional[list[str]], typer.Option(
-        "--task", help="Only tasks matching this glob (*, ?); repeatable.")] = None,
-    model: Annotated[Optional[list[str]], typer.Option(
-        "--model", help="Only this model (with or without its provider; glob); repeatable.")] = None,
-    agent: Annotated[Optional[list[str]], typer.Option(
-        "--agent", help="Only this agent (glob); repeatable.")] = None,
-    label: Annotated[Optional[list[str]], typer.Option(
-        "--label", help="Only runs with this label; repeatable (a run must have all).")] = None,
+    filters: Filters = Filters(),
     # --by and --errors as pass-rate's, which the report's pass rates are.
     by: Annotated[str, typer.Option(
         "--by", metavar=choice_list(BY_GROUP.allowed),
@@ -58,11 +52,8 @@ def report(
       warehouse report errors-out.html --errors exclude
     """
     from warehouse import report as building  # plotly and the charts: only for this command
-    from warehouse.filters import Filters
-
     building.require_plotly()
     building.check_out(out, force)  # before any query: a refusal costs nothing
-    filters = Filters.of(run=run, task=task, model=model, agent=agent, label=label)
     info = building.write_report(state(ctx).read_engine(), out, filters=filters, by=by, force=force,
                                  timeout=timeout, errors=errors, metric=metric)
     counts = ", ".join(_count(n, what) for n, what in ((info.runs, "run"), (info.tasks, "task"),

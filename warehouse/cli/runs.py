@@ -8,9 +8,11 @@ import typer
 
 from warehouse.cli.app import app
 from warehouse.cli.context import state
+from warehouse.cli.filtering import narrowed
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
 from warehouse.cli.shared import choice_list
 from warehouse.cli.writing import confirm, write_transaction
+from warehouse.filters import Filters
 
 runs_app = typer.Typer(invoke_without_command=True, help="""The runs: key, name, labels, trials, pass rate, sources.
 
@@ -26,23 +28,30 @@ app.add_typer(runs_app, name="runs")
 
 
 @runs_app.callback()
+@narrowed
 def list_runs(
     ctx: typer.Context,
+    filters: Filters = Filters(),
     sort: Annotated[Optional[str], typer.Option(
         "--sort", metavar=choice_list(("key", "name", "label:KEY")),
-        help="key (default), name, or label:KEY (numbers as numbers).")] = None,
+        help="key (default), name (numbers in it as numbers: ckpt-200 before ckpt-1000), or label:KEY "
+        "(numbers as numbers).")] = None,
     fmt: FormatOption = Format.table,
     wide: WideOption = False,
 ) -> None:
     """List the runs: key, name, labels, trials, pass rate (reward >= 1), sources.
 
-    A run is asked for anywhere by its key, a unique prefix of the key, or its name.
+    A run is asked for anywhere by its key, a unique prefix of the key, or its name. The filters
+    narrow the list as they narrow `warehouse query runs`: --run and --label keep those runs;
+    --task, --model, --agent, --since and --until count only the trials they keep, and leave
+    out a run with none.
 
     Examples:
 
     \b
       warehouse runs
       warehouse runs --sort name --format csv
+      warehouse runs --label step=100 --since 7d
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -50,8 +59,12 @@ def list_runs(
     from warehouse.runs import list_runs as listing
 
     with readonly_session(state(ctx).read_engine().url) as session:  # (its SQLite has string_agg)
-        columns, rows = listing(session.connection, sort)
+        columns, rows = listing(session.connection, sort, filters)
+        # A value that matches nothing: said beside the (empty) list, as the queries say it.
+        note = filters.unmatched(session.connection) if filters.narrows_trials or filters.labels else None
     write_rows(columns, rows, fmt, wide=wide)
+    if note:
+        echo_err(f"note: {note}", wrap=True)
 
 
 @runs_app.command("rename")

@@ -10,8 +10,10 @@ import typer
 from warehouse import search as search_lib
 from warehouse.cli.app import app
 from warehouse.cli.context import state
+from warehouse.cli.filtering import narrowed
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
 from warehouse.db.engine import redact
+from warehouse.filters import Filters
 from warehouse.readonly import DEFAULT_TIMEOUT
 from warehouse.runs import run_names, with_run_names
 
@@ -22,12 +24,11 @@ class SearchBy(str, Enum):
 
 
 @app.command("search")
+@narrowed
 def search(
     ctx: typer.Context,
     text: Annotated[str, typer.Argument(help="The text to find (a substring; ASCII letters match either case).")],
-    run: Annotated[Optional[str], typer.Option("--run", help="Only this run: its key, a unique prefix of it, or its name.")] = None,
-    task: Annotated[Optional[str], typer.Option(
-        "--task", help="Only tasks of this name, or matching this glob (* and ?).")] = None,
+    filters: Filters = Filters(),
     role: Annotated[Optional[str], typer.Option(
         "--role", help="Only turns with this role (user, assistant, …); `verifier` for verifier output only, "
         "`exception` for exception messages only.")] = None,
@@ -52,12 +53,13 @@ def search(
       warehouse search "Traceback" --limit 5
       warehouse search error --role verifier --task install-regex
       warehouse search "timed out" --role exception --by trial
+      warehouse search "rate limit" --since 7d --model 'claude-*'
       warehouse search "def main" --format jsonl
     """
     if not text:
         raise typer.BadParameter("must not be empty", param_hint="TEXT")
     wh = state(ctx).warehouse
-    result = wh.search(text, run=run, task=task, role=role, limit=limit, by=by.value, timeout=timeout)
+    result = wh.search(text, **filters.keywords(), role=role, limit=limit, by=by.value, timeout=timeout)
     if result.note:
         echo_err(f"note: {result.note}", wrap=True)
     columns, rows = result.columns, result.rows

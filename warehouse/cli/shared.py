@@ -88,6 +88,8 @@ METAVARS = {
     "--model": "MODEL",
     "--agent": "AGENT",
     "--label": "KEY=VALUE",
+    "--since": "WHEN",
+    "--until": "WHEN",
     "--remove": "KEY",
     "--source": "SOURCE",
     "--trace": "SOURCE",

@@ -25,8 +25,8 @@ from warehouse.errors import ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import leaderboard, outcome
 from warehouse.queries.power import COLUMNS as POWER_COLUMNS, check_design, power_row
-from warehouse.queries.registry import (CannedQuery, IntList, Param, PostProcess, Read, Rows, reads_more, run_canned,
-                                        sql_file)
+from warehouse.queries.registry import (CannedQuery, IntList, Param, PostProcess, Read, Rows, breakdown_columns,
+                                        reads_more, run_canned, sql_file, trial_columns)
 from warehouse.queries.stats import (bootstrap_counts, clustered_mean, clustered_mean_interval, clustered_rate_interval,
                                      expanded_confidence, interpolate, mcnemar_exact, pass_at_k, percentile,
                                      percentile_interval, percentile_ranks, paired_t_test)
@@ -59,12 +59,6 @@ UNSUMMARIZED = ("costs",)
 # Fewer shared tasks than this, and compare-test says it cannot tell.
 MIN_SHARED_TASKS = 10
 
-
-
-def _trial_columns(t: str) -> dict[str, str]:
-    """What the filters compare, in a table with a trial's run_id, task_id, model and agent
-    (trials, run_task_breakdown) under alias `t`."""
-    return {"run_id": f"{t}.run_id", "task_id": f"{t}.task_id", "model": f"{t}.model", "agent": f"{t}.agent"}
 
 
 _RUN_COLUMNS = {"run_id": "r.id"}
@@ -476,9 +470,9 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         sql=sql_file("runs"),
         post=_dates_in_utc("first_started", "last_started"),
         summary_sql=sql_file("runs_summary"),
-        filter_slots={"filters": _trial_columns("tr"), "filters_t2": _trial_columns("t2"),
+        filter_slots={"filters": trial_columns("tr"), "filters_t2": trial_columns("t2"),
                       "filters_runs": _RUN_COLUMNS},
-        summary_filter_slots={"filters_b": _trial_columns("b"), "filters_runs": _RUN_COLUMNS},
+        summary_filter_slots={"filters_b": breakdown_columns("b"), "filters_runs": _RUN_COLUMNS},
     ),
     CannedQuery(
         name="pass-rate",
@@ -504,8 +498,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         sql=sql_file("pass_rate"),
         post=_pass_rate_post,
         summary_sql=sql_file("pass_rate_summary"),
-        filter_slots={"filters": _trial_columns("tr")},
-        summary_filter_slots={"filters": _trial_columns("b"), "filters_trials": _trial_columns("tr")},
+        filter_slots={"filters": trial_columns("tr")},
+        summary_filter_slots={"filters": breakdown_columns("b"), "filters_trials": trial_columns("tr")},
     ),
     CannedQuery(
         name="leaderboard",
@@ -540,8 +534,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         sql=sql_file("pass_rate"),
         post=_leaderboard_post,
         summary_sql=sql_file("pass_rate_summary"),
-        filter_slots={"filters": _trial_columns("tr")},
-        summary_filter_slots={"filters": _trial_columns("b"), "filters_trials": _trial_columns("tr")},
+        filter_slots={"filters": trial_columns("tr")},
+        summary_filter_slots={"filters": breakdown_columns("b"), "filters_trials": trial_columns("tr")},
     ),
     CannedQuery(
         name="solve-matrix",
@@ -557,7 +551,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         ),
         sql=sql_file("solve_matrix"),
         summary_sql=sql_file("solve_matrix_summary"),
-        filter_slots={"filters": _trial_columns("tr")},
+        filter_slots={"filters": trial_columns("tr")},
     ),
     CannedQuery(
         name="pass-at-k",
@@ -589,7 +583,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         sql=sql_file("pass_at_k"),
         post=_pass_at_k_post,
         summary_sql=sql_file("pass_at_k_summary"),
-        filter_slots={"filters": _trial_columns("tr")},
+        filter_slots={"filters": trial_columns("tr")},
     ),
     CannedQuery(
         name="compare",
@@ -612,7 +606,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         sql=sql_file("compare"),
         post=_compare_post,
         summary_sql=sql_file("compare_summary"),
-        filter_slots={"filters": _trial_columns("tr")},
+        filter_slots={"filters": trial_columns("tr")},
         footnote=_compare_footnote,
     ),
     CannedQuery(
@@ -644,7 +638,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         sql=sql_file("compare"),
         post=_compare_test_post,
         summary_sql=sql_file("compare_summary"),
-        filter_slots={"filters": _trial_columns("tr")},
+        filter_slots={"filters": trial_columns("tr")},
     ),
     CannedQuery(
         name="failures",
@@ -655,8 +649,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         params=(),
         sql=sql_file("failures"),
         summary_sql=sql_file("failures_summary"),
-        filter_slots={"filters": _trial_columns("tr"), "filters_t2": _trial_columns("t2")},
-        summary_filter_slots={"filters": _trial_columns("b")},
+        filter_slots={"filters": trial_columns("tr"), "filters_t2": trial_columns("t2")},
+        summary_filter_slots={"filters": breakdown_columns("b")},
     ),
     CannedQuery(
         name="lengths",
@@ -672,7 +666,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         post=_lengths_post,
         summary_sql=sql_file("lengths_summary"),
         summary_post=_lengths_by_rank,
-        filter_slots={"filters": _trial_columns("tr")},
+        filter_slots={"filters": trial_columns("tr")},
         summary_filter_slots={"filters_runs": _RUN_COLUMNS},
         narrowed_sql=sql_file("lengths_narrowed"),  # trial_lengths has no task, model or agent
     ),
@@ -692,7 +686,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         params=(BY_GROUP,),
         sql=sql_file("costs"),
         post=_costs_post,
-        filter_slots={"filters": _trial_columns("tr")},
+        filter_slots={"filters": trial_columns("tr")},
     ),
     CannedQuery(
         name="power",
@@ -728,8 +722,8 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         sql=sql_file("power"),
         post=_power_post,
         summary_sql=sql_file("power_summary"),
-        filter_slots={"filters": _trial_columns("tr")},
-        summary_filter_slots={"filters": _trial_columns("b")},
+        filter_slots={"filters": trial_columns("tr")},
+        summary_filter_slots={"filters": breakdown_columns("b")},
     ),
     CannedQuery(
         name="sources",
@@ -744,7 +738,7 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         params=(),
         sql=sql_file("sources"),
         post=_dates_in_utc("first_load", "last_load"),
-        filter_slots={"filters": _trial_columns("t")},
+        filter_slots={"filters": trial_columns("t")},
     ),
     CannedQuery(
         name="loads",
@@ -760,6 +754,6 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
         params=(Param("source", str, None, "Only this source (its name or URI).", positional=True),),
         sql=sql_file("loads"),
         post=_loads_post,
-        filter_slots={"filters": _trial_columns("t")},
+        filter_slots={"filters": trial_columns("t")},
     ),
 )}

@@ -87,11 +87,10 @@ def _count(conn: Connection, values: Mapping[str, Any], errored: str, binds: Map
            filters: Filters) -> int:
     """The trials --errors exclude leaves out of the query's selection (its filters, and for
     compare its two runs)."""
-    from warehouse.queries.registry import narrow  # registry imports this module
+    from warehouse.queries.registry import narrow, trial_columns  # registry imports this module
 
-    where, more = narrow("{filters}", {"filters": {"run_id": "tr.run_id", "task_id": "tr.task_id",
-                                                   "model": "tr.model", "agent": "tr.agent"}},
-                         filters, conn if filters.names_runs else None)
+    where, more = narrow("{filters}", {"filters": trial_columns("tr")}, filters,
+                         conn if filters.needs_connection else None)
     runs = ""
     if values.get("a") is not None and values.get("b") is not None:
         runs = " AND tr.run_id IN (SELECT id FROM runs WHERE run_key IN (:a, :b))"

@@ -10,7 +10,8 @@ the default --threshold needs: that one runs whenever the threshold is the defau
 has none), the definition for any other threshold. Both must give the same columns and rows; the
 tests compare them.
 
-Every query can be narrowed (warehouse.filters: --run, --task, --model, --agent, --label). Its
+Every query can be narrowed (warehouse.filters: --run, --task, --model, --agent, --label, --since,
+--until). Its
 statements say where: a slot `{name}` in the SQL is filled with the filters' predicate over the
 column expressions the query declares for that slot (`filter_slots`, `summary_filter_slots`); a
 slot whose name ends in `_runs` takes only the filters that pick runs. The summary statements read
@@ -19,6 +20,8 @@ narrowed, or, for --model or --agent (which it does not hold), the same sums fro
 run_task_breakdown's rows of those models and agents. So filters keep the summaries' speed.
 `{trials_narrowed}` is 1 when the filters pick trials within runs. A query whose summaries
 cannot narrow by task, model or agent (lengths) has a third statement for that (`narrowed_sql`).
+The summaries hold no trial's start: a window on it (--since, --until) answers from the
+definition.
 
 A query with --metric and --errors (warehouse.queries.outcome) reads a trial's value as `{reward}`
 (its reward, or the key --metric names in its rewards) and keeps the trials `{kept}` allows (all,
@@ -169,8 +172,9 @@ class CannedQuery:
     def plan(self, values: Mapping[str, Any], summaries: bool = True, filters: Filters | None = None
              ) -> tuple[str, PostProcess | None]:
         """The statement that answers these values (and filters), and its post-processing."""
+        # The summaries hold no trial's start: a window on it (--since, --until) reads the trials.
         summarized = (values.get("threshold", SUCCESS_THRESHOLD) == SUCCESS_THRESHOLD
-                      and not outcome.chosen(values))
+                      and not outcome.chosen(values) and not (filters and filters.times))
         if summaries and summarized and filters and filters.narrows_trials and self.narrowed_sql is not None:
             return self.narrowed_sql, self.post
         if summaries and summarized and self.summary_sql is not None:
@@ -208,9 +212,9 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
         for param in query.params:
             if param.names_run and values[param.name] is not None:
                 values[param.name] = resolve_run(session.connection, values[param.name]).run_key
-        # Asked for only when the filters name runs or labels: the session's connection begins
-        # its transaction, a round trip the canned statement otherwise carries with it.
-        sql, filter_binds = narrow(sql, slots, filters, session.connection if filters.names_runs else None)
+        # Asked for only when the filters need it (Filters.needs_connection): the session's
+        # connection begins its transaction, a round trip the canned statement otherwise carries.
+        sql, filter_binds = narrow(sql, slots, filters, session.connection if filters.needs_connection else None)
         sql = _flags_written_in(sql, query, values)
         sql, outcome_binds, outcome_note = outcome.fill(sql, values, session.connection, filters)
         filter_binds.update(outcome_binds)
@@ -279,10 +283,22 @@ _OUTCOMES_FROM_BREAKDOWN = """(SELECT b.run_id, b.task_id, CAST(sum(b.n_trials) 
     FROM run_task_breakdown b WHERE {predicate} GROUP BY b.run_id, b.task_id)"""
 
 
+def breakdown_columns(t: str) -> dict[str, str]:
+    """What the filters compare in run_task_breakdown (alias `t`): a trial's run_id, task_id,
+    model and agent, summed over its trials (so no start)."""
+    return {"run_id": f"{t}.run_id", "task_id": f"{t}.task_id", "model": f"{t}.model", "agent": f"{t}.agent"}
+
+
+def trial_columns(t: str) -> dict[str, str]:
+    """What the filters compare in trials (alias `t`): breakdown_columns' and the start."""
+    return {**breakdown_columns(t), "started_at": f"{t}.started_at"}
+
+
 def narrow(sql: str, slots: Mapping[str, Mapping[str, str]], filters: Filters, conn: Connection | None
            ) -> tuple[str, dict[str, Any]]:
     """`sql` with its filter slots filled (module docstring), and the binds they need. `conn`
-    resolves the runs and labels the filters name (None: they name none)."""
+    resolves the runs and labels the filters name and binds their times (None: they need
+    neither, Filters.needs_connection)."""
     binds: dict[str, Any] = {}
     # The runs a slot allows depend on the runs and labels alone: asked once for every slot.
     run_ids = filters.run_ids(conn)
@@ -305,7 +321,6 @@ def _outcomes(filters: Filters, predicate: Callable[[Filters, Mapping[str, str]]
     if not filters:
         return "run_task_outcomes"
     if filters.models or filters.agents:
-        return _OUTCOMES_FROM_BREAKDOWN.format(predicate=predicate(filters, {
-            "run_id": "b.run_id", "task_id": "b.task_id", "model": "b.model", "agent": "b.agent"}))
+        return _OUTCOMES_FROM_BREAKDOWN.format(predicate=predicate(filters, breakdown_columns("b")))
     where = predicate(filters, {"run_id": "o_f.run_id", "task_id": "o_f.task_id"})
     return f"(SELECT * FROM run_task_outcomes o_f WHERE {where})"

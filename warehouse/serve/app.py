@@ -166,9 +166,8 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
         q = request.args.get("q", "")
         data = None
         if q:
-            data = pages.search_page(viewer, q, run=request.args.get("run") or None,
-                                     task=request.args.get("task") or None, role=request.args.get("role") or None,
-                                     limit=min(_int("limit", 50), SEARCH_LIMIT))
+            data = pages.search_page(viewer, q, filters=pages.filters_from(_lists()),
+                                     role=request.args.get("role") or None, limit=min(_int("limit", 50), SEARCH_LIMIT))
         return render_template("search.html", q=q, data=data)
 
     return app

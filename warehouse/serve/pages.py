@@ -22,8 +22,8 @@ from warehouse.filters import Filters
 from warehouse.queries import QUERIES, run_canned
 from warehouse.queries.catalog import as_utc
 from warehouse.readonly import readonly_session
-from warehouse.report import natural_key, run_titles
-from warehouse.runs import labels_of, resolve_run
+from warehouse.report import run_titles
+from warehouse.runs import labels_of, natural_key, resolve_run
 from warehouse.texts import join_text, json_from_db
 from warehouse.turn_parts import Part, split_turn
 
@@ -64,14 +64,16 @@ class Viewer:
 
 # --- filters, as query parameters ------------------------------------------------------------
 
-FILTER_PARAMS = ("run", "task", "model", "agent", "label")
+# The filters' query parameters, the CLI's options' names; since and until take one value.
+FILTER_PARAMS = ("run", "task", "model", "agent", "label", "since", "until")
+_ONE_VALUE = ("since", "until")
 
 
 def filters_from(args: Mapping[str, Sequence[str]]) -> Filters:
-    """The canned queries' filters (--run, --task, --model, --agent, --label) from query
-    parameters, each repeatable; empty values are no filter."""
+    """The canned queries' filters (--run, --task, --model, --agent, --label, --since, --until)
+    from query parameters, each repeatable but since and until; empty values are no filter."""
     values = {name: [v for v in args.get(name, ()) if v] for name in FILTER_PARAMS}
-    return Filters.of(**{name: v or None for name, v in values.items()})
+    return Filters.of(**{name: (v[-1] if name in _ONE_VALUE else v) if v else None for name, v in values.items()})
 
 
 def _dicts(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
@@ -178,7 +180,8 @@ def trials_page(viewer: Viewer, run: str, filters: Filters, *, outcome: str | No
     with viewer.session() as session:
         conn = session.connection
         ref = _run(conn, run)
-        where, binds = filters.sql(conn, task="k.name", model="t.model", agent="t.agent", run_ids=None)
+        where, binds = filters.sql(conn, task="k.name", model="t.model", agent="t.agent", started_at="t.started_at",
+                                   run_ids=None)
         if outcome:
             where = f"{where} AND {_OUTCOME_SQL[outcome]}"
             binds["success"] = SUCCESS
@@ -259,11 +262,10 @@ def matrix_page(viewer: Viewer, filters: Filters) -> dict[str, Any]:
             "grid": [(task, cells[task]) for task in tasks], "note": result.note}
 
 
-def search_page(viewer: Viewer, text: str, *, run: str | None, task: str | None, role: str | None,
-                limit: int) -> dict[str, Any]:
+def search_page(viewer: Viewer, text: str, *, filters: Filters, role: str | None, limit: int) -> dict[str, Any]:
     from warehouse.search import search
 
-    found = search(viewer.url, text, run=run, task=task, role=role, limit=limit, timeout=viewer.timeout)
+    found = search(viewer.url, text, filters=filters, role=role, limit=limit, timeout=viewer.timeout)
     return {"hits": _dicts(found.columns, found.rows), "truncated": found.truncated, "note": found.note}
 
 
