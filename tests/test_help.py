@@ -207,6 +207,66 @@ def test_an_option_shows_its_value_the_same_way_everywhere(typer):
     assert seen["--timeout"].keys() == {"SECONDS"} and seen["--run"].keys() == {"RUN"}
 
 
+# Options whose help says what they do in their own command, each for the reason given; every
+# other option that several commands take has one help, one type and one metavar everywhere.
+OWN_HELP = {
+    "--db": "the root's declares the variable and the forms; the others defer to it",
+    "--timeout": "says what it stops (a query, each query of the report, a page's reads, a pick)",
+    "--format": "show's two formats are not the tables' four",
+    "--force": "what a command replaces differs (a file, or the files an export writes)",
+    "--yes": "says what it does without asking",
+    "--confidence": "power's is its test's level, the others' their intervals'",
+    "--by": "what is grouped differs (search: hits by trial)",
+    "--max-rows": "what is capped differs (a page, the output)",
+}
+# The same name for different things in one command each, which its own help says (so their
+# type, metavar and help differ).
+OWN_TYPE = {
+    "--per-task": "pass-at-k's is a flag, export hub's picks one trial per task",
+    "--tasks": "compare-test's lists tasks, power's counts them",
+    "--by": "search groups by turn or trial, the queries by run, model, agent or label",
+}
+# ingest names the runs it writes and labels them; every other command selects by them.
+WRITES = {("ingest",): ("--run", "--label")}
+
+
+def _declared(param) -> tuple:
+    """What Click knows of an option's value: its type (with its choices), whether it repeats,
+    whether it is a flag."""
+    kind = param.type
+    return (type(kind).__name__, tuple(getattr(kind, "choices", ()) or ()), param.multiple, param.is_flag)
+
+
+def test_an_option_is_the_same_option_everywhere():
+    """Read from Click's own metadata: an option that several commands take has the same type,
+    metavar and help in each (but those OWN_HELP and OWN_TYPE name); the filters (--run, --task,
+    --model, --agent, --label, --since, --until) in every command that selects trials."""
+    seen: dict[str, dict[str, dict[tuple, list]]] = {}
+    for path, command in cli_tree.commands().items():
+        for param in command.params:
+            if param.param_type_name != "option" or getattr(param, "hidden", False):
+                continue
+            long = max(param.opts, key=len)
+            if long in WRITES.get(path, ()):
+                continue
+            facts = seen.setdefault(long, {"type": {}, "metavar": {}, "help": {}})
+            facts["type"].setdefault(_declared(param), []).append(path)
+            facts["metavar"].setdefault((param.metavar,), []).append(path)
+            facts["help"].setdefault((param.help,), []).append(path)
+    differ = {(long, what): list(ways.values()) for long, facts in seen.items() for what, ways in facts.items()
+              if len(ways) > 1 and long not in OWN_TYPE and not (what == "help" and long in OWN_HELP)
+              and not (what == "type" and long == "--format")}  # show's choices are two of the four
+    assert not differ, differ
+    filters = ("--run", "--task", "--model", "--agent", "--label", "--since", "--until")
+    selecting = [path for path, command in cli_tree.commands().items()
+                 if any("--run" in p.opts for p in command.params) and path not in WRITES]
+    for path in selecting:
+        opts = {o for p in cli_tree.commands()[path].params for o in p.opts}
+        assert set(filters) <= opts, (path, set(filters) - opts)
+    # The commands that select trials, each named: a command that should and does not fails above.
+    assert {("search",), ("runs",), ("report",), ("export", "hub"), ("query", "pass-rate")} <= set(selecting)
+
+
 @pytest.mark.parametrize("typer", ["installed", "lowest"])
 @pytest.mark.parametrize("path", GROUPS, ids=lambda p: " ".join(p) or "warehouse")
 def test_a_group_lists_each_command_with_its_whole_summary(typer, path):

@@ -80,12 +80,14 @@ def test_label_text_and_order():
 
 
 def _trials(conn, filters: Filters) -> list[tuple[str, str]]:
-    predicate, binds = filters.sql(conn, run_id="r.id", task="ta.name", model="t.model", agent="t.agent")
+    predicate, binds = filters.sql(conn, run_id="r.id", task="ta.name", model="t.model", agent="t.agent",
+                                   started_at="t.started_at")
     found = [tuple(row) for row in conn.execute(text(
         "SELECT r.run_key, t.trial_name FROM trials t JOIN runs r ON r.id = t.run_id "
         f"LEFT JOIN tasks ta ON ta.id = t.task_id WHERE {predicate} ORDER BY 1, 2"), binds)]
     # By the task's id (a table without its name): the same trials.
-    predicate, binds = filters.sql(conn, run_id="r.id", task_id="t.task_id", model="t.model", agent="t.agent")
+    predicate, binds = filters.sql(conn, run_id="r.id", task_id="t.task_id", model="t.model", agent="t.agent",
+                                   started_at="t.started_at")
     assert found == [tuple(row) for row in conn.execute(text(
         "SELECT r.run_key, t.trial_name FROM trials t JOIN runs r ON r.id = t.run_id "
         f"WHERE {predicate} ORDER BY 1, 2"), binds)]
@@ -117,6 +119,27 @@ def test_filters_narrow_by_run_task_model_agent_and_label(wh):
             Filters.of(model="m1").sql(conn, run_id="r.id")
     assert not Filters() and Filters.of(task="x")
     assert Filters().sql(None) == ("1=1", {})
+
+
+def test_a_window_on_the_start_holds_the_trials_started_within_it(wh):
+    """run-a's task1 trials started at 10:00 to 14:00 UTC on 2024-01-01 (query_fixture); every
+    other trial's start is unknown, which no window holds. --since is inclusive, --until not."""
+    hours = lambda filters: sorted(name for _, name in _trials(wh.connect(), filters))  # noqa: E731
+    a = [f"task1__a{i}" for i in range(5)]
+    assert hours(Filters.of(since="2024-01-01T11:00")) == a[1:]
+    assert hours(Filters.of(since="2024-01-01T11:00:00.000001Z")) == a[2:]
+    assert hours(Filters.of(until="2024-01-01T11:00")) == a[:1]
+    assert hours(Filters.of(since="2024-01-01T13:00+02:00", until="2024-01-01T12:30")) == a[1:3]  # 11:00 UTC on
+    assert hours(Filters.of(until="2024-01-01")) == a  # a date: the whole day
+    assert hours(Filters.of(until="2023-12-31")) == hours(Filters.of(since="2024-01-02")) == []
+    assert hours(Filters.of(since="100000d")) == a  # an age: back from now
+    for bad, message in (("yesterday", "--since takes a date"), ("2024-13-01", "--since takes a date")):
+        with pytest.raises(WarehouseError, match=message):
+            Filters.of(since=bad)
+    with pytest.raises(WarehouseError, match="--since 2024-01-02 is not before --until 2024-01-01"):
+        Filters.of(since="2024-01-02", until="2024-01-01")
+    with pytest.raises(WarehouseError, match="cannot be narrowed by --since or --until"):
+        Filters.of(since="2024-01-01").sql(wh.connect(), run_id="r.id")
 
 
 # --- names and labels through ingest and the command line -----------------------------------------
@@ -230,6 +253,27 @@ def test_ingest_run_names_runs_that_carry_a_job_uuid(db_url, tmp_path):
     assert (job["name"], job["labels"]) == ("job-a", "dataset=terminal-bench@2.0, n_attempts=1")
     _ingest(db_url, str(jobs), "--run", "tb-run")
     assert [r["name"] for r in _runs(db_url) if r["run_key"] == job["run_key"]] == ["tb-run"]
+
+
+def test_runs_takes_every_filter_and_sorts_names_naturally(db_url, engine):
+    query_fixture.build(engine)
+    for key, name in (("run-a", "ckpt-1000"), ("run-b", "ckpt-200"), ("run-c", "ckpt-30")):
+        assert cli(db_url, "runs", "rename", key, name).returncode == 0
+    assert cli(db_url, "runs", "label", "run-b", "step=200").returncode == 0
+    assert [r["name"] for r in _runs(db_url, "--sort", "name")] == ["ckpt-30", "ckpt-200", "ckpt-1000"]
+    assert [r["run_key"] for r in _runs(db_url, "--label", "step=200")] == ["run-b"]
+    assert [r["run_key"] for r in _runs(db_url, "--run", "ckpt-30", "--run", "run-a")] == ["run-a", "run-c"]
+    # A filter on the trials counts only those it keeps, and leaves out a run with none:
+    # run-a's task1 trials (rewards 1, 0, 1, 0, 0) started 10:00 to 14:00, no other's is known.
+    [a] = _runs(db_url, "--since", "2024-01-01T12:00Z")
+    assert (a["run_key"], a["trials"], a["pass_rate"]) == ("run-a", 3, pytest.approx(1 / 3))
+    assert [(r["run_key"], r["trials"]) for r in _runs(db_url, "--model", "m2")] == [("run-b", 7)]
+    assert [(r["run_key"], r["trials"]) for r in _runs(db_url, "--agent", "open*", "--task", "task1")] == [("run-c", 1)]
+    done = cli(db_url, "runs", "--task", "nosuch", "--label", "step=1")
+    assert done.returncode == 0 and done.stderr.startswith("note: --task 'nosuch' matches no task"), done.stderr
+    assert "--label step=1 is on no run" in done.stderr
+    done = cli(db_url, "runs", "--until", "someday")
+    assert done.returncode == 2 and "--until takes a date" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_runs_rename_and_label_round_trip(db_url):

@@ -4,6 +4,7 @@ hits with and without the trigram index, messages ingested after the index was b
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 from sqlalchemy import text
@@ -287,3 +288,47 @@ def test_a_narrow_table_keeps_the_snippet_and_names_runs(url, engine):
     # CSV and JSON keep their columns (scripts read them by position too).
     assert cli(url, "search", "ERROR", "--format", "csv").stdout.splitlines()[0] == \
         "run_key,trial_name,trace_source,episode,turn,role,snippet"
+
+
+def _utc(value) -> datetime | None:
+    """A stored start as a naive UTC datetime: SQLite gives the text it stores, PostgreSQL an
+    aware datetime in the session's zone."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value is not None and value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def test_every_filter_narrows_a_search_to_the_trials_it_keeps(url, engine):
+    """--model, --agent, --label, --since and --until as every query takes them: the hits are
+    the unfiltered search's hits in the trials the filter keeps (read here from the trials
+    table by hand), in the same order, on the CLI as through the library."""
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO run_labels (run_id, key, value) SELECT id, 'kind', 'x' FROM runs "
+                          "WHERE run_key IN ('run-b', 'run-c')"))
+    with engine.connect() as conn:
+        trials = conn.execute(text("SELECT r.run_key, tr.trial_name, tr.model, tr.agent, tr.started_at "
+                                   "FROM trials tr JOIN runs r ON r.id = tr.run_id")).all()
+    start = {(run, trial): _utc(started) for run, trial, _, _, started in trials}
+    eleven = datetime(2024, 1, 1, 11)
+    cases = [
+        ({"model": "m2"}, {(r, t) for r, t, model, _, _ in trials if model == "m2"}),
+        ({"agent": "OPEN*"}, {(r, t) for r, t, _, agent, _ in trials if agent == "openhands"}),
+        ({"label": "kind=x"}, {(r, t) for r, t, *_ in trials if r in ("run-b", "run-c")}),
+        ({"since": "2024-01-01T11:00"},
+         {k for k, s in start.items() if s is not None and s >= eleven}),
+        ({"until": "2024-01-01T11:00Z", "run": "run-a"},
+         {k for k, s in start.items() if s is not None and s < eleven}),
+    ]
+    everything = search(url, "e", limit=1000).rows
+    for given, kept in cases:
+        assert kept, given
+        want = [row for row in everything if (row[0], row[1]) in kept]
+        assert want, given
+        assert search(url, "e", limit=1000, filters=Filters.of(**given)).rows == want, given
+        args = [a for option, value in given.items() for a in (f"--{option}", value)]
+        done = cli(url, "search", "e", *args, "--limit", "1000", "--format", "json")
+        assert done.returncode == 0, done.stderr
+        assert [(h["run_key"], h["trial_name"], h["turn"]) for h in json.loads(done.stdout)] == [
+            (row[0], row[1], row[4]) for row in want], given

@@ -13,7 +13,9 @@ from warehouse.cli.app import app as root
 from warehouse.cli.context import state
 from warehouse.cli.filtering import narrowed
 from warehouse.cli.output import echo_err
+from warehouse.cli.query import param_option
 from warehouse.filters import Filters
+from warehouse.queries.catalog import THRESHOLD
 from warehouse.selection import DEFAULT_PICK_TIMEOUT
 
 app = typer.Typer(no_args_is_help=True, help="""Write warehouse contents out as Parquet.
@@ -48,6 +50,10 @@ class CardPathsChoice(str, Enum):
     full = "full"
 
 
+# --solved is what the queries call success.
+ThresholdOption = param_option(THRESHOLD)
+
+
 @app.command()
 @narrowed
 def hub(
@@ -60,8 +66,7 @@ def hub(
     solved: Annotated[Optional[bool], typer.Option(
         "--solved/--unsolved", show_default=False,
         help="Only the trials whose reward is at least --threshold / only the others.")] = None,
-    threshold: Annotated[float, typer.Option(
-        "--threshold", help="A trial is solved when its reward is at least this; one without a reward is not.")] = 1.0,
+    threshold: ThresholdOption = THRESHOLD.default,
     where: Annotated[Optional[str], typer.Option(
         "--where",
         help="Only the trials this SQL predicate over the trial_summary view holds for "

@@ -85,6 +85,22 @@ def list_queries(fmt: FormatOption = Format.table, wide: WideOption = False) -> 
                 for q in QUERIES.values()], fmt, wide=wide)
 
 
+def param_option(param: Param) -> Any:
+    """A (non-positional) parameter's Typer option, as an annotation: what every command taking
+    the parameter declares (the report takes pass-rate's --by, --errors and --metric)."""
+    if param.type is bool:
+        return Annotated[bool, typer.Option(param.option, help=param.help)]
+    if param.choices and not param.by_label:
+        return Annotated[Enum(param.name, {c: c for c in param.choices}, type=str),
+                         typer.Option(param.option, help=param.help)]
+    # IntList is written as text ("1,5,10") and parsed by Param.convert.
+    annotation: Any = str if param.type is IntList else param.type
+    if param.default is None:
+        annotation = Optional[annotation]
+    return Annotated[annotation, typer.Option(param.option, help=param.help,
+                                              metavar=choice_list(param.allowed) if param.by_label else None)]
+
+
 def _option(param: Param) -> inspect.Parameter:
     """The Typer option for one parameter, as a keyword of the generated command."""
     if param.positional:
@@ -92,24 +108,10 @@ def _option(param: Param) -> inspect.Parameter:
         return inspect.Parameter(param.name, inspect.Parameter.KEYWORD_ONLY, default=None,
                                  annotation=Annotated[Optional[str], typer.Argument(
                                      help=param.help, metavar=param.name.upper(), show_default=False)])
-    if param.type is bool:
-        annotation: Any = bool
-        option = typer.Option(param.option, help=param.help)
-    elif param.choices and not param.by_label:
-        choices = Enum(param.name, {c: c for c in param.choices}, type=str)
-        annotation = choices
-        option = typer.Option(param.option, help=param.help)
-    else:
-        # IntList is written as text ("1,5,10") and parsed by Param.convert.
-        annotation = str if param.type is IntList else param.type
-        if param.default is None:
-            annotation = Optional[annotation]
-        option = typer.Option(param.option, help=param.help,
-                              metavar=choice_list(param.allowed) if param.by_label else None)
     # A required parameter's default is `...`, so leaving it out is a usage error (exit 2).
     default = ... if param.required else param.default
-    return inspect.Parameter(param.name, inspect.Parameter.KEYWORD_ONLY,
-                             annotation=Annotated[annotation, option], default=default)
+    return inspect.Parameter(param.name, inspect.Parameter.KEYWORD_ONLY, annotation=param_option(param),
+                             default=default)
 
 
 def _alias(param: Param) -> inspect.Parameter:

@@ -11,10 +11,13 @@ from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.filtering import narrowed
 from warehouse.cli.output import echo_err
-from warehouse.cli.shared import choice_list
+from warehouse.cli.query import param_option
 from warehouse.filters import Filters
-from warehouse.queries.catalog import BY_GROUP, ERRORS
+from warehouse.queries.catalog import BY_GROUP, ERRORS, METRIC
 from warehouse.readonly import DEFAULT_TIMEOUT
+
+
+ByOption, ErrorsOption, MetricOption = (param_option(p) for p in (BY_GROUP, ERRORS, METRIC))
 
 
 @app.command()
@@ -23,15 +26,10 @@ def report(
     ctx: typer.Context,
     out: Annotated[Path, typer.Argument(help="The HTML file to write; refused if it exists, unless --force.")],
     filters: Filters = Filters(),
-    # --by and --errors as pass-rate's, which the report's pass rates are.
-    by: Annotated[str, typer.Option(
-        "--by", metavar=choice_list(BY_GROUP.allowed),
-        help="Pass rate per run, model, agent, or per value of a run label (label:KEY).")] = "run",
-    errors: Annotated[str, typer.Option(
-        "--errors", metavar=choice_list(ERRORS.allowed),
-        help="Trials with an exception and no reward: fail (failed attempts) or exclude (left out).")] = "fail",
-    metric: Annotated[Optional[str], typer.Option(
-        "--metric", help="Succeed on this key of the trials' rewards instead of the reward.")] = None,
+    # pass-rate's, which the report's pass rates are.
+    by: ByOption = BY_GROUP.default,
+    errors: ErrorsOption = ERRORS.default,
+    metric: MetricOption = METRIC.default,
     force: Annotated[bool, typer.Option("--force", help="Replace OUT if it exists.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Stop each query after this many seconds.")]
     = DEFAULT_TIMEOUT,
@@ -55,7 +53,7 @@ def report(
     building.require_plotly()
     building.check_out(out, force)  # before any query: a refusal costs nothing
     info = building.write_report(state(ctx).read_engine(), out, filters=filters, by=by, force=force,
-                                 timeout=timeout, errors=errors, metric=metric)
+                                 timeout=timeout, errors=getattr(errors, "value", errors), metric=metric)
     counts = ", ".join(_count(n, what) for n, what in ((info.runs, "run"), (info.tasks, "task"),
                                                        (len(info.charts), "chart")))
     for line in (info.note or "").splitlines():
