@@ -161,6 +161,12 @@ def test_filters_narrow_as_they_do_the_queries(engine, tmp_path):
     with pytest.raises(WarehouseError, match="no run 'run-z'"):
         export_hub(engine, tmp_path / "bad", Filters(runs=("run-z",)))
     assert not (tmp_path / "bad").exists()
+    # A window on the start: x4, x2, x3, x1, x5 started T0 + 0, 1, 2, 3, 4 hours; the others unknown.
+    window = Filters.of(since=T0 + timedelta(hours=1), until=T0 + timedelta(hours=3))
+    info = export_hub(engine, tmp_path / "window", window)
+    assert _trials(info) == {"x2", "x3"}
+    card = (tmp_path / "window" / "README.md").read_text(encoding="utf-8")
+    assert f"trials started: since {(T0 + timedelta(hours=1)).isoformat().replace('+00:00', 'Z')}" in card
 
 
 def test_a_bad_pick_is_refused_before_anything_is_written(engine, tmp_path):
