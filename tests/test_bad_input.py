@@ -1,5 +1,6 @@
 """The bad-input corpus, run through the real CLI (`python -m warehouse --db URL ingest SOURCE`
-in a child process: forked_cli's, or a new interpreter behind setpriv) on both backends. tests/corpus/README.md lists the cases and the decisions.
+in a child process: forked_cli's, or a new interpreter behind setpriv) on both backends.
+tests/corpus/README.md lists the cases and the decisions.
 
 Every case sits in a source next to a valid sibling unit (a second Parquet shard, or a second
 trial directory), and is checked by what it is:
