@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
+from warehouse import readonly
 from warehouse.db import roles, schema
 from warehouse.db.engine import make_engine, resolve_url
 
@@ -151,6 +152,25 @@ def another_warehouse(backend: str, folder: Path, request, fill: Callable[[Engin
         finally:
             engine.dispose()
         yield url
+
+
+@contextmanager
+def copied_warehouse(backend: str, url: str, folder: Path) -> Iterator[str]:
+    """A copy of the warehouse at `url`: its file copied into `folder`, or a PostgreSQL database
+    made from it (dropped after). Cheaper than filling a further warehouse alike
+    (another_warehouse) where a test needs several. No session may be open on it but the
+    read-only ones the library keeps, closed here."""
+    readonly.release(resolve_url(url))
+    if backend == "sqlite":
+        source = Path(url.removeprefix("sqlite:///"))
+        # Its last connection closed has moved its log into the file: the file alone is the warehouse.
+        assert not source.with_name(source.name + "-wal").exists()
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, folder / "warehouse.db")
+        yield f"sqlite:///{folder / 'warehouse.db'}"
+    else:
+        with contextmanager(_fresh_pg)(make_url(url).database) as copy:
+            yield copy
 
 
 @pytest.fixture
