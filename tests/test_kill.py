@@ -460,11 +460,13 @@ def test_a_postgresql_ingest_stopped_at_any_moment_says_one_line(db_url, tmp_pat
                 ingest.proc.wait(timeout=max(0.0, began + rng.uniform(0, life) - time.monotonic()))
             except subprocess.TimeoutExpired:
                 ingest.watch()
-                # (ended since: the stop reaches a zombie, and changes nothing)
-                if how == signal.SIGINT:
-                    os.killpg(ingest.proc.pid, how)
-                else:
-                    os.kill(ingest.proc.pid, how)
+                try:
+                    if how == signal.SIGINT:
+                        os.killpg(ingest.proc.pid, how)
+                    else:
+                        os.kill(ingest.proc.pid, how)
+                except ProcessLookupError:  # it has ended since (and was reaped): finished before the stop
+                    pass
             try:
                 _, err = ingest.proc.communicate(timeout=TIMEOUT)
             except subprocess.TimeoutExpired:
