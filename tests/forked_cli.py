@@ -12,6 +12,7 @@ a real process instead (a check that nothing here hides a difference)."""
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import locale
 import os
@@ -43,6 +44,20 @@ def run(args: list[str], *, input: str | None = None, timeout: float = 180, cwd:
     if not ENABLED:
         return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env,
                               input=input, stdin=None if input is not None else subprocess.DEVNULL)
+    return _run(args, input, timeout, cwd, env)[0]
+
+
+def run_with_peak(args: list[str], *, timeout: float = 180, cwd: str | None = None,
+                  env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, int]:
+    """run's result (stdin from /dev/null) and the command's peak resident memory in KB, read as
+    the server reaps it. A child's count starts at what it shares with the server when forked:
+    the imports, about 100 MB, which a command's own process makes too (procs.run_with_peak
+    runs a real one when forking is off)."""
+    assert ENABLED
+    return _run(args, None, timeout, cwd, env)
+
+
+def _run(args, input, timeout, cwd, env) -> tuple[subprocess.CompletedProcess, int]:
     with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         if input is not None:
             stdin.write(input.encode(locale.getpreferredencoding(False)))
@@ -52,15 +67,16 @@ def run(args: list[str], *, input: str | None = None, timeout: float = 180, cwd:
             stdin_fd = os.open(os.devnull, os.O_RDONLY)
         try:
             env = dict(os.environ if env is None else env)
-            code = _server(env.get("PYTHONPATH", "")).run(args, [stdin_fd, stdout.fileno(), stderr.fileno()],
-                                                          timeout, cwd or os.getcwd(), env)
+            ended = _server(env.get("PYTHONPATH", "")).run(args, [stdin_fd, stdout.fileno(), stderr.fileno()],
+                                                           timeout, cwd or os.getcwd(), env)
         finally:
             if input is None:
                 os.close(stdin_fd)
         out, err = (_text(f) for f in (stdout, stderr))
-    if code is None:
+    if ended is None:
         raise subprocess.TimeoutExpired([*CLI, *args], timeout, out, err)
-    return subprocess.CompletedProcess([*CLI, *args], code, out, err)
+    code, peak_kb = ended
+    return subprocess.CompletedProcess([*CLI, *args], code, out, err), peak_kb
 
 
 def _text(file) -> str:
@@ -80,7 +96,8 @@ class _Client:
         assert self.proc.stdout.readline() == b"ready\n", "the fork server did not start"
         self.lock = threading.Lock()  # (tests of one worker run one at a time; a test's threads may not)
 
-    def run(self, args, fds, timeout, cwd, env) -> int | None:
+    def run(self, args, fds, timeout, cwd, env) -> tuple[int, int] | None:
+        """The child's exit code and peak resident memory (KB); None when it outlived `timeout`."""
         request = json.dumps({"args": args, "cwd": cwd, "env": env}).encode()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             with self.lock:
@@ -94,7 +111,8 @@ class _Client:
             except TimeoutError:
                 os.kill(pid, signal.SIGKILL)
                 return None
-            return int(line)
+            code, peak_kb = map(int, line.split())
+            return code, peak_kb
 
     def close(self):
         self.proc.kill()
@@ -123,6 +141,13 @@ def _serve(path: str) -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    # What the imports made, out of the cyclic collector's sight: a child's exit collects only
+    # what its command made. Otherwise that last collection walks every object of the imports,
+    # writing to each one's header and so copying every page the fork shared: about 0.2 s of
+    # every command (its objects, the SQLite connection that removes -wal and -shm as it
+    # closes included, are still finalized at its exit).
+    gc.collect()
+    gc.freeze()
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -147,13 +172,13 @@ def _serve(path: str) -> None:
             else:
                 os.read(wake_r, 4096)
         while waiting:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
             if pid == 0:
                 break
             conn = waiting.pop(pid, None)
             if conn is not None:
                 try:
-                    conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                    conn.sendall(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}\n".encode())
                 except OSError:  # the test gave up on it (timeout)
                     pass
                 conn.close()

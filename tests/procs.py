@@ -140,7 +140,11 @@ sys.exit(code)
 
 def run_with_peak(args: list[str], **run) -> tuple[subprocess.CompletedProcess, int]:
     """subprocess.run(args, capture_output=True, text=True, **run) and the command's own peak
-    resident memory in KB, read as it is reaped."""
+    resident memory in KB, read as it is reaped. A `warehouse` command (args start with CLI,
+    stdin /dev/null) runs forked (forked_cli.run_with_peak); anything else (a command behind
+    setpriv) as a process of its own."""
+    if forked_cli.ENABLED and args[:len(CLI)] == CLI and run.get("stdin", subprocess.DEVNULL) == subprocess.DEVNULL:
+        return forked_cli.run_with_peak(args[len(CLI):], **{k: v for k, v in run.items() if k != "stdin"})
     peak_r, peak_w = os.pipe()
     try:
         done = subprocess.run([sys.executable, "-c", _PEAK_OF, str(peak_w), *args], capture_output=True, text=True,

@@ -1,5 +1,6 @@
 """The bad-input corpus, run through the real CLI (`python -m warehouse --db URL ingest SOURCE`
-in a subprocess) on both backends. tests/corpus/README.md lists the cases and the decisions.
+in a child process: forked_cli's, or a new interpreter behind setpriv) on both backends.
+tests/corpus/README.md lists the cases and the decisions.
 
 Every case sits in a source next to a valid sibling unit (a second Parquet shard, or a second
 trial directory), and is checked by what it is:
@@ -834,7 +835,7 @@ def test_bad_input(case: Case, backend, db_url, engine, tmp_path):
 
     # Again with --keep-going: the sibling is skipped (loaded already). For a failed unit the
     # flag changes only the exit code, decided above the database, so that is checked on one
-    # backend (each CLI run costs most of a second); a bad row's rejection is checked on both.
+    # backend; a bad row's rejection is checked on both.
     if case.outcome == "unit" and backend != "sqlite":
         return
     again = _ingest(db_url, src, "--keep-going", drop_dac=drop_dac, env=case.env)

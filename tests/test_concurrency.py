@@ -28,9 +28,12 @@ from warehouse.db.engine import make_engine, resolve_url
 TIMEOUT = 120  # a process still running by then is deadlocked or hung
 
 
-def _datasets(tmp_path: Path) -> dict[str, tuple[str, int]]:
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict[str, tuple[str, int]]:
     """{name: (path, units)}: a Hub dataset, a success-only subset of it sharded differently
-    (every one of its episodes is also in the full one), and a trace tree."""
+    (every one of its episodes is also in the full one), and a trace tree; made once for both
+    backends."""
+    tmp_path = tmp_path_factory.mktemp("concurrency-sources")
     full = tmp_path / "full"
     generate_dataset(full, "tiny", episodes="all", shards=6, seed=3)
     table = pa.concat_tables(pq.read_table(p) for p in sorted((full / "data").glob("*.parquet")))
@@ -86,8 +89,7 @@ def _reference(backend: str, tmp_path: Path, data) -> dict:
 
 
 @pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
-def test_four_processes_on_postgresql(backend, tmp_path):
-    data = _datasets(tmp_path)
+def test_four_processes_on_postgresql(backend, tmp_path, data):
     reference = _reference(backend, tmp_path, data)
     plans = [
         [["full", "traces"], ["subset", "full"], ["traces", "subset"], ["full", "subset", "traces"]],
@@ -103,8 +105,7 @@ def test_four_processes_on_postgresql(backend, tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-def test_two_processes_on_one_sqlite_file(backend, tmp_path):
-    data = _datasets(tmp_path)
+def test_two_processes_on_one_sqlite_file(backend, tmp_path, data):
     reference = _reference(backend, tmp_path, data)
     plans = [
         [["full", "subset", "traces"], ["traces", "subset", "full"]],

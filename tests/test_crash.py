@@ -22,6 +22,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 
 from canonical import differences, dump
@@ -37,10 +38,13 @@ MIN_PROGRESS_KILLS = 20
 POLL = 0.002
 
 
-def _sources(tmp_path: Path) -> list[str]:
-    generate_dataset(tmp_path / "hub-ds", "tb", shards=N_SHARDS, seed=11, scale=0.5)
-    make_trace_tree(tmp_path / "traces", seed=5, job_trials=12, rl_trials=10, n_agent_steps=10, words=120)
-    return [str(tmp_path / "hub-ds"), str(tmp_path / "traces")]
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory) -> list[str]:
+    """A Hub dataset and a trace tree, made once for both backends."""
+    folder = tmp_path_factory.mktemp("crash-sources")
+    generate_dataset(folder / "hub-ds", "tb", shards=N_SHARDS, seed=11, scale=0.5)
+    make_trace_tree(folder / "traces", seed=5, job_trials=12, rl_trials=10, n_agent_steps=10, words=120)
+    return [str(folder / "hub-ds"), str(folder / "traces")]
 
 
 def _wait_for_count(proc, counter: LoadCounter, above: int, deadline: float) -> float | None:
@@ -73,8 +77,7 @@ def _dump(url: str):
         engine.dispose()
 
 
-def test_kill_9_at_many_points_then_resume(backend, tmp_path):
-    sources = _sources(tmp_path)
+def test_kill_9_at_many_points_then_resume(backend, tmp_path, sources):
     rng = random.Random(20260527)
     with fresh_database(backend, tmp_path, "clean") as clean_url, \
             fresh_database(backend, tmp_path, "crashed") as crash_url:

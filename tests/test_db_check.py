@@ -14,8 +14,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import psycopg
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
+from conftest import _pg_admin_conninfo
 from ingest.pipeline import ingest
 from procs import CLI, run_cli
 from tools.long_trial import write_trial
@@ -98,7 +101,14 @@ def _until(proc: subprocess.Popen, done) -> float:
     return time.monotonic() - began
 
 
-def test_an_upgrade_killed_at_any_moment_leaves_the_old_schema_or_the_new(backend, engine, db_url, tmp_path):
+def _admin(*statements: str) -> None:
+    with psycopg.connect(_pg_admin_conninfo(), autocommit=True) as admin:
+        for statement in statements:
+            admin.execute(statement)
+
+
+def test_an_upgrade_killed_at_any_moment_leaves_the_old_schema_or_the_new(backend, engine, db_url, tmp_path,
+                                                                          request):
     """The upgrade from 0013 (0014 rewrites every episode's turns as conversations) is one
     transaction. Killed (SIGKILL) at spread moments while it holds it (and a little after), the database is at
     0013 with its `turns` table and no conversations, or at head with both tables and the
@@ -109,8 +119,14 @@ def test_an_upgrade_killed_at_any_moment_leaves_the_old_schema_or_the_new(backen
     engine.dispose()
     assert run_cli(db_url, "db", "downgrade", "0013", "--yes").returncode == 0
     target = Path(db_url.removeprefix("sqlite:///")) if backend == "sqlite" else None
+    # The 0013 warehouse kept, each try's starting point: the file, or a database made from it.
     if target is not None:
         shutil.copyfile(target, tmp_path / "0013.db")
+    else:
+        name = make_url(db_url).database
+        kept = f"{name}_0013"
+        _admin(f'CREATE DATABASE "{kept}" TEMPLATE "{name}"')
+        request.addfinalizer(lambda: _admin(f'DROP DATABASE IF EXISTS "{kept}" WITH (FORCE)'))
     # How long the upgrade holds its transaction: the kills are drawn within it.
     proc = subprocess.Popen([*CLI, "--db", db_url, "db", "upgrade"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -123,7 +139,8 @@ def test_an_upgrade_killed_at_any_moment_leaves_the_old_schema_or_the_new(backen
         if target is not None:
             shutil.copyfile(tmp_path / "0013.db", target)
         else:
-            assert run_cli(db_url, "db", "downgrade", "0013", "--yes").returncode == 0
+            engine.dispose()
+            _admin(f'DROP DATABASE "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}" TEMPLATE "{kept}"')
         proc = subprocess.Popen([*CLI, "--db", db_url, "db", "upgrade"], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         _until(proc, lambda: _writing(engine, target))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import canonical
 import query_fixture
-from conftest import another_warehouse
+from conftest import another_warehouse, copied_warehouse
 from ingest.shape.records import Episode, Trial, Turn
 from ingest.write import writer
 from procs import run_cli
@@ -217,26 +217,29 @@ def test_every_source_taken_back_leaves_what_the_others_give(order_sources, back
     from test_load_order import _state as canonical_state
 
     names = [n for n in order_sources if traces or n != "traces"]
+    pair = ("6a29732a-c34a-4f7e-85bd-ee65fb2d2604", "0b1c2d3e-0000-4000-8000-0000000000f1")
     taken_back = []
-    for gone in names:
-        rest = {n: order_sources[n] for n in names if n != gone}
-        with another_warehouse(backend, tmp_path / gone, request,
-                               lambda e: [ingest(e, [str(order_sources[n])]) for n in names]) as everything:
-            before = _state(everything, ("6a29732a-c34a-4f7e-85bd-ee65fb2d2604", "0b1c2d3e-0000-4000-8000-0000000000f1"))
-            done = run_cli(everything, "sources", "delete", str(order_sources[gone]), "--yes")
-            if done.returncode != 0:
-                assert "cannot be taken back" in done.stderr and len(done.stderr.strip().splitlines()) == 1
-                assert _state(everything, ("6a29732a-c34a-4f7e-85bd-ee65fb2d2604",
-                                           "0b1c2d3e-0000-4000-8000-0000000000f1")) == before
-                continue
-            taken_back.append(gone)
-            with another_warehouse(backend, tmp_path / f"{gone}-rest", request,
-                                   lambda e: [ingest(e, [str(p)]) for p in rest.values()]) as others:
-                engines = [make_engine(resolve_url(u)) for u in (others, everything)]
-                try:
-                    expected, got = (canonical_state(e, rest, tmp_path / f"{gone}-{i}") for i, e in enumerate(engines))
-                finally:
-                    for e in engines:
-                        e.dispose()
-                assert canonical.differences(expected, got) == [], f"{gone} taken back"
+    # The warehouse of them all is made once; each source is taken back from a copy of it.
+    with another_warehouse(backend, tmp_path / "everything", request,
+                           lambda e: [ingest(e, [str(order_sources[n])]) for n in names]) as everything:
+        before = _state(everything, pair)
+        for gone in names:
+            rest = {n: order_sources[n] for n in names if n != gone}
+            with copied_warehouse(backend, everything, tmp_path / gone) as copy:
+                done = run_cli(copy, "sources", "delete", str(order_sources[gone]), "--yes")
+                if done.returncode != 0:
+                    assert "cannot be taken back" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+                    assert _state(copy, pair) == before
+                    continue
+                taken_back.append(gone)
+                with another_warehouse(backend, tmp_path / f"{gone}-rest", request,
+                                       lambda e: [ingest(e, [str(p)]) for p in rest.values()]) as others:
+                    engines = [make_engine(resolve_url(u)) for u in (others, copy)]
+                    try:
+                        expected, got = (canonical_state(e, rest, tmp_path / f"{gone}-{i}")
+                                         for i, e in enumerate(engines))
+                    finally:
+                        for e in engines:
+                            e.dispose()
+                    assert canonical.differences(expected, got) == [], f"{gone} taken back"
     assert taken_back == names, taken_back  # (none is refused)

@@ -19,11 +19,10 @@ import pytest
 from sqlalchemy import func, select, text
 
 import canonical
-from conftest import _fresh_pg
+from conftest import fresh_warehouse
 from helpers import hub_row, write_shard
 from ingest.pipeline import ingest
 from order_sources import SUBAGENT, make_sources
-from warehouse.db import schema
 from warehouse.db.models import Conversation, ConversationTurn, Episode
 from warehouse.db.engine import make_engine, resolve_url
 from warehouse.export import export_hub
@@ -47,14 +46,12 @@ def fresh(backend, tmp_path, request):
     made, cleanups = [], []
 
     def new():
-        if backend == "sqlite":
-            url = f"sqlite:///{tmp_path / f'w{len(made)}.db'}"
-        else:
-            maker = _fresh_pg(request.getfixturevalue("pg_template"))
-            url = next(maker)
-            cleanups.append(maker)
+        folder = tmp_path / f"w{len(made)}"
+        folder.mkdir()
+        maker = fresh_warehouse(backend, folder, request)
+        url = next(maker)
+        cleanups.append(maker)
         engine = make_engine(resolve_url(url))
-        schema.upgrade(engine)
         made.append(engine)
         return engine
 
