@@ -36,6 +36,8 @@ CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("SELECT 1 -- \n; DELETE FROM runs", "refused", BOTH),
     ("SELECT 1; COMMIT", "refused", BOTH),
     ("SELECT (1 -- )", "refused", BOTH),  # a syntax error at the end of the input, which has no position
+    ("SELECT FROM trials", "refused", BOTH),  # PostgreSQL's rows of no columns (a traceback once)
+    ("SELECT FROM trials WHERE 1 = 0", "refused", PG),
     ("SELECT 'a'';DELETE FROM runs;--' AS s", "harmless", BOTH),
     ("SELECT $$;DELETE FROM runs;$$ AS s", "harmless", PG),
     ("SELECT /* /* */ ; DELETE FROM runs; */ 1 AS s", "harmless", PG),

@@ -58,6 +58,7 @@ from sqlalchemy.pool import QueuePool
 
 from warehouse.db.engine import no_warehouse, read_only_connect_args, resolve_url, sqlite_path, sqlite_read_connection
 from warehouse.db.roles import READS_HERE, reader_role
+from warehouse.db.types import as_declared
 from warehouse.errors import WarehouseError, first_line
 from warehouse.sqlcheck import ONLY_QUERIES, SQLITE_DENIED_FUNCTIONS
 
@@ -351,7 +352,11 @@ class ReadSession:
         else:
             def more() -> bool:
                 return cursor.fetchone() is not None
-        return RowStream(columns, cursor.fetchmany, more, max_rows, self,
+        fetch = cursor.fetchmany
+        if not self._own_text and self._transaction.conn.dialect.name == "sqlite":
+            def fetch(n: int) -> list[tuple]:  # a caller's SQL: its values as PostgreSQL's would be
+                return list(map(as_declared, cursor.fetchmany(n)))
+        return RowStream(columns, fetch, more, max_rows, self,
                          max_value_bytes=self._max_value_bytes, max_row_bytes=max_row_bytes)
 
     def _execute(self, sql: str, params: Mapping[str, Any] | None, *, whole: bool,
@@ -391,6 +396,8 @@ class ReadSession:
                 cursor.execute(statement, values)
             else:
                 cursor = self._transaction.run(prepared, last=last)
+            if not cursor.description:  # PostgreSQL's `SELECT FROM t`: rows of no columns
+                raise WarehouseError("the query returns no columns: name at least one")
             return cursor, [d[0] for d in cursor.description]
 
     def check_deadline(self) -> None:

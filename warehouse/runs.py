@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, text
 
+from warehouse.numbers import without_noise
 from warehouse.errors import WarehouseError
 
 if TYPE_CHECKING:
@@ -305,7 +306,7 @@ def list_runs(conn: Connection, sort: str | None = None, filters: "Filters | Non
                 if run_id in kept]
     labels = labels_of(conn)
     out = [(run_key, name, ", ".join(f"{k}={v}" for k, v in labels.get(run_id, {}).items()),
-            trials or 0, pass_rate, sources, labels.get(run_id, {}))
+            trials or 0, without_noise(pass_rate), sources, labels.get(run_id, {}))
            for run_id, run_key, name, trials, pass_rate, sources in rows]
     if sort == "name":
         out.sort(key=lambda row: (row[1] is None, natural_key(row[1] or ""), row[0]))

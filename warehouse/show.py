@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, select
 
 from warehouse.db import models
+from warehouse.db.types import jsonb_order
 from warehouse.db.session import read_transaction
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
@@ -65,6 +66,7 @@ def trajectory_on(conn: Connection, ref: str, *, episode: int | None = None, tra
     out: dict[str, Any] = {"id": trial["id"], "run_key": trial["run_key"], "run_name": trial["run_name"],
                            "trial_name": trial["trial_name"], "task": trial["task"]}
     out.update({name: trial[name] for name in _TRIAL_FIELDS})
+    out["rewards"] = jsonb_order(out["rewards"])
     for name in ("exception_message", "verifier_output"):
         out[name] = exact_column(trial["detail"], name, trial[name])
     out["instruction"] = join_text(trial["instruction"], trial["instruction_raw"])
@@ -285,10 +287,10 @@ def _episode(conn: Connection, ep, step_of: dict[str, dict[str, Any]]) -> dict[s
     step = (step_of.get(name) or {}) if is_own_trace(ep.trace_source) else {}
     return {
         "trace_source": ep.trace_source, "episode_index": ep.episode_index,
-        "n_turns": ep.n_turns, "n_chars": ep.n_chars, "extra": ep.extra,
-        "step": name, "rewards": step.get("rewards"), "exception": step.get("exception"),
+        "n_turns": ep.n_turns, "n_chars": ep.n_chars, "extra": jsonb_order(ep.extra),
+        "step": name, "rewards": jsonb_order(step.get("rewards")), "exception": jsonb_order(step.get("exception")),
         "turns": [{"idx": t.idx, "role": t.role, "content": join_text(t.content, t.content_raw),
-                   "extra": t.extra} for t in turns],
+                   "extra": jsonb_order(t.extra)} for t in turns],
     }
 
 

@@ -88,12 +88,28 @@ def _note_width() -> int | None:
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, (datetime, date)):
-        return value.isoformat()
+        return _iso(value)
     if isinstance(value, Decimal):
-        return float(value)
+        return _decimal(value)
     if isinstance(value, (bytes, memoryview)):
         return bytes(value).hex()
     return value
+
+
+def _iso(value: date) -> str:
+    """A timestamp in ISO 8601, one with a zone in UTC (`2026-06-04T13:19:21.912314+00:00`), as
+    both backends give it."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        value = value.astimezone(timezone.utc)
+    return value.isoformat()
+
+
+def _decimal(value: Decimal) -> int | float:
+    """PostgreSQL's numeric as SQLite's arithmetic gives it: a whole one (a sum of integers) an
+    int, any other a float."""
+    if value.is_finite() and value.as_tuple().exponent >= 0:
+        return int(value)
+    return float(value)
 
 
 def _size(value: Any) -> int:
@@ -145,7 +161,12 @@ def write_rows(
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow([printable(c) for c in columns] if terminal else columns)
         for row in rows:
-            writer.writerow(["" if v is None else show(v) for v in row])
+            writer.writerow(["" if v is None else _text(show(v)) for v in row])
+
+
+def _text(value: Any) -> Any:
+    """A CSV cell: a JSON column's value (PostgreSQL's jsonb arrives parsed) as JSON text."""
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else value
 
 
 def _visible(value: Any) -> Any:
@@ -282,10 +303,14 @@ def _cell(value: Any, fit: bool) -> tuple[str, bool]:
         return NULL, False
     if isinstance(value, (bool, int)):
         return str(value), True
-    if isinstance(value, (float, Decimal)):
-        return (_number(float(value)) if fit else str(value)), True
+    if isinstance(value, Decimal):
+        value = _decimal(value)
+        if isinstance(value, int):
+            return str(value), True
+    if isinstance(value, float):
+        return (_number(value) if fit else str(value)), True
     if isinstance(value, (datetime, date)):
-        return (_second(value) if fit else value.isoformat()), True
+        return (_second(value) if fit else _iso(value)), True
     if isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False), False
     if isinstance(value, (bytes, memoryview)):

@@ -18,6 +18,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from warehouse.db import DEFAULT_DB, ENV_VAR  # noqa: F401  (ENV_VAR: part of this module's interface)
+from warehouse.db.types import StoredJson, StoredTime, stored
 from warehouse.errors import SchemaError, WarehouseError, first_line
 
 # A second writer on SQLite waits this long for the lock instead of failing at once.
@@ -237,8 +238,10 @@ def _switch_to_wal(cur) -> None:
 def read_only_connect_args(url: URL) -> dict[str, str]:
     """A PostgreSQL connection's startup options that make every transaction of its session READ
     ONLY, whoever begins it: a setting the server applies, rather than a statement per
-    transaction. The URL's own options are kept."""
-    return {"options": " ".join(filter(None, [url.query.get("options"), "-c default_transaction_read_only=on"]))}
+    transaction; and its time zone UTC, so that timestamps (and `now()`) read as SQLite's do
+    whatever the server's default. The URL's own options are kept."""
+    return {"options": " ".join(filter(None, [url.query.get("options"), "-c default_transaction_read_only=on",
+                                              "-c TimeZone=UTC"]))}
 
 
 def make_read_engine(url: URL) -> Engine:
@@ -269,7 +272,7 @@ def sqlite_read_connection(path: Path) -> sqlite3.Connection:
     raw = None
     try:
         raw = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False,
-                              factory=_ReadConnection)
+                              factory=_ReadConnection, detect_types=sqlite3.PARSE_DECLTYPES)
         _open_readers.add(raw)
         raw.execute("PRAGMA query_only = 1")
         raw.execute(f"PRAGMA busy_timeout = {SQLITE_READ_BUSY_TIMEOUT_MS}")
@@ -285,6 +288,13 @@ def _unreadable(path: Path | None, exc: sqlite3.DatabaseError) -> WarehouseError
     if "not a database" in str(exc):
         return WarehouseError(f"{path} is not a SQLite database: point --db at a warehouse")
     return WarehouseError(f"cannot read {path}: {first_line(exc)}")
+
+
+# A reader's values of the columns declared DATETIME and JSON, marked (see warehouse.db.types).
+# Converters are the driver's, process-wide, and apply only to connections opened with
+# detect_types, which only readers are.
+sqlite3.register_converter("DATETIME", lambda raw: stored(raw, StoredTime))
+sqlite3.register_converter("JSON", lambda raw: stored(raw, StoredJson))
 
 
 class _ReadConnection(sqlite3.Connection):

@@ -34,16 +34,15 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from itertools import chain
 from typing import Any
 
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL
 
+from warehouse.numbers import rows_without_noise
 from warehouse.errors import ArgumentTypeError, ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
 from warehouse.queries import outcome
@@ -226,7 +225,7 @@ def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | No
         if post is not None:
             columns, rows = post(columns, rows, values,
                                  lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
-    return CannedResult(columns, _rows_without_noise(rows), note=note)
+    return CannedResult(columns, rows_without_noise(rows), note=note)
 
 
 @dataclass
@@ -246,25 +245,6 @@ def _flags_written_in(sql: str, query: CannedQuery, values: Mapping[str, Any]) -
         if param.type is bool:
             sql = re.sub(rf"(?<![:\w\\]):{param.name}\b(?!:)", str(int(values[param.name])), sql)
     return sql
-
-
-def _rows_without_noise(rows: Sequence[tuple]) -> list[tuple]:
-    """The rows with _without_noise applied, where a value could need it: an answer holding no
-    float or Decimal at all (found in one pass in C) is returned as it is. A call per value cost
-    solve-matrix, thousands of rows of counts and names, half its time."""
-    kinds = set(map(type, chain.from_iterable(rows)))
-    if float not in kinds and Decimal not in kinds:
-        return list(rows)
-    return [tuple(map(_without_noise, row)) for row in rows]
-
-
-def _without_noise(value: Any) -> Any:
-    """A computed ratio to 12 significant digits, as a float on both backends: the arithmetic
-    leaves noise in the last bits (pass@k's 1 - 0.6 is 0.4000000000000001), and PostgreSQL
-    divides in numeric (Decimal)."""
-    if isinstance(value, (float, Decimal)) and math.isfinite(value):
-        return float(f"{value:.12g}")
-    return value
 
 
 # run_task_outcomes' rows from run_task_breakdown's, which hold agent and model: exact for any
