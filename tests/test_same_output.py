@@ -82,7 +82,7 @@ def _commands() -> list[list[str]]:
             out.append([*args, "--by", "label:step"])
     out += [["query", "pass-rate", "--task", "task*", "--until", "2024-01-01T13:00"],
             ["search", "done"], ["search", "error", "--by", "trial"], ["search", "needle-xyz"],
-            ["search", "timed out"]]
+            ["search", "timed out"], ["search", "--regex", r"timed? out after \d+|^found", "--by", "trial"]]
     return out
 
 

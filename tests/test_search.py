@@ -4,6 +4,8 @@ hits with and without the trigram index, messages ingested after the index was b
 from __future__ import annotations
 
 import json
+import re
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -332,3 +334,66 @@ def test_every_filter_narrows_a_search_to_the_trials_it_keeps(url, engine):
         assert done.returncode == 0, done.stderr
         assert [(h["run_key"], h["trial_name"], h["turn"]) for h in json.loads(done.stdout)] == [
             (row[0], row[1], row[4]) for row in want], given
+
+
+# --- --regex ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["scan", "index"])
+def test_a_literal_as_a_regular_expression_finds_what_the_substring_finds(url, engine, indexed):
+    """Every case above, its needle escaped: the same hits and snippets, case folded alike
+    (ASCII letters only: `école` still misses `ÉCOLE`), with and without the index."""
+    if indexed:
+        build_index(engine)
+    for needle, filters, expected in CASES:
+        assert _search(url, re.escape(needle), regex=True, **filters).rows == expected, (needle, filters)
+
+
+REGEX_CASES = [
+    (r"timed? out after \d+", {}, [TIMEOUT_HIT]),
+    (r"^found AN", {}, [ERROR_TURN]),  # anchored at the text's start
+    (r"er+or$", {}, [VERIFIER_HIT]),  # at its end: the turn goes on ("here")
+    (r"\wCOLE", {}, []),  # \w is ASCII on both backends: É is no word character
+    (r"[0-9]{4} items", {}, [("run-c", "shared", "main", 1, 3, "assistant", "1000 items")]),
+    (r"needle|ÉCOLE", {"run": "run-c"}, [NUL_TURN, ECOLE_TURN]),  # trial names in order: c2, shared
+    (r"error", {"role": "assistant", "task": "task2"}, [ERROR_TURN]),
+]
+
+
+def test_regular_expressions_match_alike_on_both_backends(url):
+    for pattern, filters, expected in REGEX_CASES:
+        assert _search(url, pattern, regex=True, **filters).rows == expected, pattern
+    by_trial = _search(url, "error|timed out", regex=True, by="trial")
+    assert [(row[1], row[2]) for row in by_trial.rows] == [("task2__a1", 1), ("task1__b0", 1), ("task2__b0", 1)]
+
+
+def test_a_snippet_is_cut_around_the_regular_expressions_hit(url):
+    row = _search(url, r"after \d+\.\d", regex=True).rows[0]
+    assert row[6] == TIMEOUT_HIT[6]
+    assert search_lib.snippet_within("x" * 80 + " timed out after 540.0 s " + "y" * 80, 30, r"after \d+", regex=True) \
+        .startswith("…")
+
+
+def test_an_invalid_regular_expression_is_one_line(url):
+    done = cli(url, "search", "--regex", "(unclosed")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("Error: ") and "regular expression" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_regular_expression_that_backtracks_without_end_is_stopped_at_the_time_limit(db_url, engine, backend):
+    """`(x+x+)+y` over 5,000 x's takes Python's re longer than the universe has: SQLite's
+    function is stopped at --timeout as a query is. PostgreSQL's engine is not a backtracker
+    (it answers at once, or its statement_timeout stops it)."""
+    source = writer.ensure_source(engine, "parquet", "/fixture/long", "long")
+    with writer.unit(engine, source, "unit-long", "hash-long") as u:
+        u.add_trials([Trial(run_key="run-long", trial_name="long__0", task_name="task1", reward=1.0,
+                            episodes=[Episode(episode_index=0, turns=[Turn("user", "x" * 5000)])])])
+    started = time.monotonic()
+    done = cli(db_url, "search", "--regex", "(x+x+)+y", "--timeout", "1")
+    took = time.monotonic() - started
+    assert took < 15, took
+    if backend == "sqlite":
+        assert done.returncode == 1 and "time limit" in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    else:
+        assert done.returncode in (0, 1) and "Traceback" not in done.stderr

@@ -308,11 +308,12 @@ class Warehouse:
                agent: str | Iterable[str] | None = None,
                label: str | Iterable[str] | Mapping[str, str] | None = None,
                since: str | date | None = None, until: str | date | None = None,
-               role: str | None = None, limit: int = 50, by: str = "turn",
+               role: str | None = None, limit: int = 50, by: str = "turn", regex: bool = False,
                timeout: float = DEFAULT_TIMEOUT) -> Result:
         """Turns, verifier output and exception messages holding `text` (what `warehouse search`
         finds), one row per turn with a snippet, or with `by="trial"` one per trial with its hits
-        counted; at most `limit` (`truncated`: there were more). The filters as `query`'s."""
+        counted; at most `limit` (`truncated`: there were more). `regex`: `text` is a regular
+        expression (`search --regex`). The filters as `query`'s."""
         from warehouse.search import search
 
         check.text(text, "the search text")
@@ -320,9 +321,11 @@ class Warehouse:
         for value, what in ((role, "role"), (by, "by")):
             check.optional_text(value, what)
         check.integer(limit, "limit", 1)
+        check.flag(regex, "regex")
         self._ready_for_reads()
         with _errors():
-            found = search(self.url, text, filters=filters, role=role, limit=limit, by=by, timeout=timeout)
+            found = search(self.url, text, filters=filters, role=role, limit=limit, by=by, regex=regex,
+                           timeout=timeout)
         return Result(found.columns, found.rows, found.truncated, found.note)
 
     def show(self, trial: str | int, /, *, episode: int | None = None, all_episodes: bool = False,

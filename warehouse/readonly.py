@@ -400,6 +400,11 @@ class ReadSession:
                 raise WarehouseError("the query returns no columns: name at least one")
             return cursor, [d[0] for d in cursor.description]
 
+    @property
+    def deadline(self) -> float:
+        """When the session's time is up (time.monotonic())."""
+        return self._deadline
+
     def check_deadline(self) -> None:
         if time.monotonic() > self._deadline:
             raise WarehouseError(too_long(self._timeout))

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 import string
+import time
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine
@@ -81,6 +82,80 @@ _POSITION = {
     "postgresql": "strpos(lower({col} COLLATE \"C\"), :needle)",
 }
 
+# --regex: the same three, for a regular expression. PostgreSQL's own (`~*`, its POSIX ARE
+# dialect), under the "C" collation, where case is folded, and \w and the classes are read, for
+# ASCII alone; SQLite's a function of Python's `re` dialect (the `regex` module, which has a time
+# limit) with the same flags, IGNORECASE and ASCII, registered on the session's connection.
+# PostgreSQL's trigram index serves `~*` too; SQLite's FTS index does not.
+_REGEX_CONTAINS = {
+    "sqlite": "warehouse_regexp(:regex, {col})",
+    "postgresql": "{col} COLLATE \"C\" ~* :regex",
+}
+_REGEX_TRIGRAM = "{col} ~* :regex"
+_REGEX_AT = {  # the first hit's first character (end 0) or the one after it (end 1), from 1; 0: none
+    "sqlite": "warehouse_regexp_at(:regex, {col}, {end})",
+    "postgresql": "regexp_instr({col} COLLATE \"C\", :regex, 1, 1, {end}, 'i')",
+}
+
+
+@dataclass(frozen=True)
+class _Match:
+    """How a search's text is matched, in SQL: a substring test or a regular expression's."""
+    contains: str  # the exact test of {col}
+    trigram: str  # PostgreSQL: the test its trigram index serves (keeping every hit), before it
+    start: str  # the first hit's position in {col} (from 1)
+    stop: str  # the position after it
+    params: dict
+
+    @staticmethod
+    def of(backend: str, needle: str, regex: bool) -> "_Match":
+        if not regex:
+            folded = needle.translate(_ASCII_FOLD)
+            return _Match(_CONTAINS[backend], _TRIGRAM, _POSITION[backend],
+                          f"{_POSITION[backend]} + {len(needle)}",
+                          {"pattern": "%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%", "needle": folded,
+                           "phrase": '"' + needle.replace('"', '""') + '"'})
+        return _Match(_REGEX_CONTAINS[backend], _REGEX_TRIGRAM, _REGEX_AT[backend].replace("{end}", "0"),
+                      _REGEX_AT[backend].replace("{end}", "1"), {"regex": needle})
+
+
+def python_regex(pattern: str):
+    """`pattern` compiled as SQLite's --regex runs it (IGNORECASE, ASCII), or WarehouseError."""
+    import regex  # only a regular-expression search needs it
+
+    try:
+        return regex.compile(pattern, regex.IGNORECASE | regex.ASCII | regex.VERSION0)
+    except regex.error as exc:
+        raise WarehouseError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def _register_regex(session: ReadSession, pattern: str) -> None:
+    """SQLite's warehouse_regexp and warehouse_regexp_at on the session's connection, for
+    `pattern`, each match held to the session's deadline: a pattern that backtracks without
+    end (`(a+)+$`) is stopped there, as a query is."""
+    compiled = python_regex(pattern)
+    raw = session.connection.connection.driver_connection
+
+    def found(text: str | None):
+        if text is None:
+            return None
+        left = session.deadline - time.monotonic()
+        try:
+            return compiled.search(text, timeout=max(left, 0.001))
+        except TimeoutError:
+            session.interrupt()  # the statement ends as one past its time limit
+            return None
+
+    def contains(_: str, text: str | None) -> int:
+        return int(found(text) is not None)
+
+    def at(_: str, text: str | None, end: int) -> int:
+        hit = found(text)
+        return 0 if hit is None else (hit.end() if end else hit.start()) + 1
+
+    raw.create_function("warehouse_regexp", 2, contains, deterministic=True)
+    raw.create_function("warehouse_regexp_at", 3, at, deterministic=True)
+
 
 @dataclass
 class SearchResult(ReadResult):
@@ -106,7 +181,7 @@ FIRST_BATCH, LAST_BATCH = 32, 8_192
 
 
 def search(url: URL | str, text: str, *, filters: Filters | None = None,
-           role: str | None = None, limit: int = 50, by: str = "turn",
+           role: str | None = None, limit: int = 50, by: str = "turn", regex: bool = False,
            timeout: float = DEFAULT_TIMEOUT) -> SearchResult:
     """Turns whose text contains `text`, and trials whose verifier output or exception message
     does: one row per distinct turn (a turn repeated by later episodes of the same trial, as
@@ -114,7 +189,8 @@ def search(url: URL | str, text: str, *, filters: Filters | None = None,
     snippet; in the order of run key, trial name, then by trace source, episode and turn, the
     trial's verifier output and exception message after its turns. `by="trial"`: one row per
     trial instead, its hits counted, with its first hit's place and snippet; `limit` counts
-    trials."""
+    trials. `regex`: `text` is a regular expression (see _REGEX_CONTAINS), matched as the
+    substring is, ASCII letters in either case."""
     if isinstance(url, str):
         url = resolve_url(url)
     if not text:
@@ -125,9 +201,14 @@ def search(url: URL | str, text: str, *, filters: Filters | None = None,
         raise WarehouseError(f"--by must be turn or trial, not {by!r}")
     backend = url.get_backend_name()
     needle = split_text(text)[0]  # stored texts hold U+FFFD where the input had NUL
+    if regex and backend == "sqlite":
+        python_regex(needle)  # a pattern that does not compile: said before anything is read
+    match = _Match.of(backend, needle, regex)
     with readonly_session(url, timeout=timeout, own_text=True) as session:
+        if regex and backend == "sqlite":
+            _register_regex(session, needle)
         index = _index_status(session, backend)
-        use_fts = backend == "sqlite" and index.present and len(needle) >= MIN_INDEXED_LENGTH
+        use_fts = backend == "sqlite" and index.present and len(needle) >= MIN_INDEXED_LENGTH and not regex
         notes = []
         if use_fts and index.unindexed:
             plural = "s" if index.unindexed != 1 else ""
@@ -136,7 +217,7 @@ def search(url: URL | str, text: str, *, filters: Filters | None = None,
         filters = filters or Filters()
         if filters.narrows_trials or filters.labels:  # a value that matches nothing: said beside the hits
             notes.append(filters.unmatched(session.connection))
-        finder = _Finder(session, backend, needle, use_fts=use_fts, index=index, filters=filters, role=role)
+        finder = _Finder(session, backend, match, use_fts=use_fts, index=index, filters=filters, role=role)
         if by == "trial":
             counted = _by_trial(finder, limit + 1)
             truncated = len(counted) > limit
@@ -146,7 +227,7 @@ def search(url: URL | str, text: str, *, filters: Filters | None = None,
             rows = finder.first(limit + 1)  # one more than shown, to know whether there are more
             truncated = len(rows) > limit
             rows = rows[:limit]
-        snippets = _snippets(session, backend, rows, finder.folded, len(needle))
+        snippets = _snippets(session, rows, match)
     rows = [(*row[:6], snippets.get((row[6], row[7]))) for row in rows]
     columns = COLUMNS
     if by == "trial":
@@ -174,19 +255,16 @@ def _by_trial(finder: _Finder, trials: int) -> list[tuple[tuple, int]]:
 class _Finder:
     """The hits of one search, found in the answer's order (see CANDIDATES)."""
 
-    def __init__(self, session: ReadSession, backend: str, needle: str, *, use_fts: bool, index: IndexStatus,
+    def __init__(self, session: ReadSession, backend: str, match: _Match, *, use_fts: bool, index: IndexStatus,
                  filters: Filters, role: str | None):
         self.session, self.backend, self.use_fts, self.index = session, backend, use_fts, index
-        self.role = role
-        self.folded = needle.translate(_ASCII_FOLD)
+        self.role, self.match = role, match
         # The runs first (an unknown one is an error, not no hits), then a predicate over every
         # statement's trials (tr) and tasks (tk).
         self.run_ids = filters.run_ids(session.connection)
         where, filter_binds = filters.sql(session.connection, run_id="tr.run_id", task="tk.name", model="tr.model",
                                           agent="tr.agent", started_at="tr.started_at", run_ids=self.run_ids)
-        self.params = {"pattern": "%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%", "needle": self.folded,
-                       "role": role, **filter_binds,
-                       "phrase": '"' + needle.replace('"', '""') + '"', "indexed_through": index.indexed_through}
+        self.params = {**match.params, "role": role, **filter_binds, "indexed_through": index.indexed_through}
         self.filters = f" AND {where}" if filters else ""
 
     @property
@@ -246,8 +324,8 @@ class _Finder:
                             f"WHERE {self._listing_test(f'tr.{column}', indexed)}{self.filters}")
 
     def _listing_test(self, col: str, indexed: bool) -> str:
-        exact = _CONTAINS[self.backend].format(col=col)
-        return f"{_TRIGRAM.format(col=col)} AND {exact}" if self.backend == "postgresql" and indexed else exact
+        exact = self.match.contains.format(col=col)
+        return f"{self.match.trigram.format(col=col)} AND {exact}" if self.backend == "postgresql" and indexed else exact
 
     def _listed(self, sql: str) -> list[int] | None:
         rows = self._fetch(f"{sql} LIMIT {CANDIDATES + 1}")
@@ -273,7 +351,7 @@ class _Finder:
             # trigram index) would otherwise start from those texts, every one of them.
             test = (_in("t.message_id", messages) if messages is not None
                     else f"(SELECT 1 FROM messages m WHERE m.id = t.message_id AND "
-                         f"{_CONTAINS[self.backend].format(col='m.content')}) = 1")
+                         f"{self.match.contains.format(col='m.content')}) = 1")
             batch = (f"WITH batch AS MATERIALIZED (SELECT t.*, CASE WHEN {test} THEN 1 ELSE 0 END AS hit "
                      f"FROM conversations c JOIN conversation_turns t ON t.conversation_id = c.id "
                      f"WHERE {_in('c.trial_id', trials)})\n")
@@ -287,7 +365,7 @@ class _Finder:
             if holding == []:
                 continue
             test = (_in("tr.id", holding) if holding is not None
-                    else _CONTAINS[self.backend].format(col=f"tr.{column}"))
+                    else self.match.contains.format(col=f"tr.{column}"))
             within = f" AND {_in('tr.id', trials)}" if trials is not None else ""
             branches.append(_trial_text_hits(role, test + within + self.filters))
         if not branches:
@@ -379,8 +457,7 @@ def _trial_text_hits(role: str, where: str) -> str:
         WHERE {where}"""
 
 
-def _snippets(session: ReadSession, backend: str, rows: list[tuple], folded: str,
-              length: int) -> dict[tuple[int, int], str]:
+def _snippets(session: ReadSession, rows: list[tuple], match: _Match) -> dict[tuple[int, int], str]:
     """The text around the first hit, for each (kind, ref) in rows, cut out by the database
     so a 50 MB message never travels whole."""
     out: dict[tuple[int, int], str] = {}
@@ -389,17 +466,17 @@ def _snippets(session: ReadSession, backend: str, rows: list[tuple], folded: str
         ids = sorted({int(row[7]) for row in rows if row[6] == kind})
         if not ids:
             continue
-        sql = f"""
-            SELECT id, pos, substr(body, start, :width) AS excerpt, start
-            FROM (SELECT id, {column} AS body, pos,
-                         CASE WHEN pos > :before THEN pos - :before ELSE 1 END AS start
-                  FROM (SELECT id, {column}, {_POSITION[backend].format(col=column)} AS pos
-                        FROM {table} WHERE {_in('id', ids)}) located) windowed"""
         # One character more than the snippet shows, to know whether the text goes on.
-        found = session.fetch(sql, {"needle": folded, "before": CONTEXT_CHARS,
-                                    "width": 2 * CONTEXT_CHARS + length + 1}, max_rows=None)
-        for ref, pos, excerpt, start in found.rows:
-            out[(kind, ref)] = _snippet(excerpt or "", pos - start, start > 1, length)
+        sql = f"""
+            SELECT id, pos, substr(body, start, stop - start + :after + 1) AS excerpt, start, stop
+            FROM (SELECT id, {column} AS body, pos, stop,
+                         CASE WHEN pos > :before THEN pos - :before ELSE 1 END AS start
+                  FROM (SELECT id, {column}, {match.start.format(col=column)} AS pos,
+                               {match.stop.format(col=column)} AS stop
+                        FROM {table} WHERE {_in('id', ids)}) located) windowed"""
+        found = session.fetch(sql, {**match.params, "before": CONTEXT_CHARS, "after": CONTEXT_CHARS}, max_rows=None)
+        for ref, pos, excerpt, start, stop in found.rows:
+            out[(kind, ref)] = _snippet(excerpt or "", pos - start, start > 1, stop - pos)
     return out
 
 
@@ -410,21 +487,29 @@ def _snippet(excerpt: str, offset: int, cut_before: bool, length: int) -> str:
     return printable(re.sub(r"\s+", " ", text)).strip()
 
 
-def snippet_within(snippet: str, width: int, needle: str) -> str:
+def snippet_within(snippet: str, width: int, needle: str, *, regex: bool = False) -> str:
     """A snippet in at most `width` characters, cut around its hit so that the hit stays in
     view (a table narrower than the snippet): as much context on each side as fits, "…" where
     cut. The hit is found as the search matched it (ASCII letters in either case), in the
     snippet's own form (whitespace runs as one space, control characters made visible); where
-    it is not found, the snippet keeps its beginning."""
+    it is not found, the snippet keeps its beginning. `regex`: the needle is a regular
+    expression, found in the snippet as SQLite's --regex finds it."""
     if len(snippet) <= width:
         return snippet
     if width < 2:
         return "…"[:width]
-    shown_needle = printable(re.sub(r"\s+", " ", needle)).translate(_ASCII_FOLD)
-    start = snippet.translate(_ASCII_FOLD).find(shown_needle) if shown_needle else -1
+    if regex:
+        try:
+            hit = python_regex(needle).search(snippet, timeout=1)
+        except (WarehouseError, TimeoutError):
+            hit = None
+        start, end = (hit.start(), hit.end()) if hit else (-1, -1)
+    else:
+        shown_needle = printable(re.sub(r"\s+", " ", needle)).translate(_ASCII_FOLD)
+        start = snippet.translate(_ASCII_FOLD).find(shown_needle) if shown_needle else -1
+        end = start + len(shown_needle)
     if start < 0:
         return snippet[:width - 1] + "…"
-    end = start + len(shown_needle)
     if end - start >= width - 2:  # the hit alone is wider: its beginning
         return "…" + snippet[start:start + width - 2] + "…" if start else snippet[:width - 1] + "…"
     begin = max(0, start - (width - 2 - (end - start)) // 2)

@@ -27,13 +27,18 @@ class SearchBy(str, Enum):
 @narrowed
 def search(
     ctx: typer.Context,
-    text: Annotated[str, typer.Argument(help="The text to find (a substring; ASCII letters match either case).")],
+    text: Annotated[str, typer.Argument(
+        help="The text to find (a substring, or with --regex a regular expression; ASCII letters match "
+        "either case).")],
     filters: Filters = Filters(),
     role: Annotated[Optional[str], typer.Option(
         "--role", help="Only turns with this role (user, assistant, …); `verifier` for verifier output only, "
         "`exception` for exception messages only.")] = None,
     by: Annotated[SearchBy, typer.Option(
         "--by", help="A row per hit (turn), or per trial with its hits counted and its first hit (trial).")] = SearchBy.turn,
+    regex: Annotated[bool, typer.Option(
+        "--regex", help="TEXT is a regular expression: PostgreSQL's own (POSIX), or on SQLite Python's re "
+        "dialect.")] = False,
     limit: Annotated[int, typer.Option("--limit", min=1,
                                        help="Print at most this many hits (with --by trial: trials).")] = 50,
     fmt: FormatOption = Format.table,
@@ -45,7 +50,8 @@ def search(
     One row per turn: a turn that later episodes of the same trial repeat is listed once, at the
     first episode holding it; a trial's verifier output and exception message after its turns.
     --by trial gives one row per trial, its hits counted. `warehouse index build` makes
-    searches of 3+ characters faster; the hits are the same with or without it.
+    searches of 3+ characters faster; the hits are the same with or without it. --regex takes
+    a regular expression, held to --timeout as a query is.
 
     Examples:
 
@@ -55,11 +61,13 @@ def search(
       warehouse search "timed out" --role exception --by trial
       warehouse search "rate limit" --since 7d --model 'claude-*'
       warehouse search "def main" --format jsonl
+      warehouse search --regex "timed? ?out after [0-9]+" --by trial
     """
     if not text:
         raise typer.BadParameter("must not be empty", param_hint="TEXT")
     wh = state(ctx).warehouse
-    result = wh.search(text, **filters.keywords(), role=role, limit=limit, by=by.value, timeout=timeout)
+    result = wh.search(text, **filters.keywords(), role=role, limit=limit, by=by.value, regex=regex,
+                       timeout=timeout)
     if result.note:
         echo_err(f"note: {result.note}", wrap=True)
     columns, rows = result.columns, result.rows
@@ -67,7 +75,7 @@ def search(
         columns, rows = with_run_names(columns, rows, lambda: run_names(wh.url, timeout))
     # The snippet is what a search is for: a narrow table keeps it, cut around the hit.
     write_rows(columns, rows, fmt, wide=wide, keep=("snippet",),
-               shorten={"snippet": lambda snippet, width: search_lib.snippet_within(snippet, width, text)})
+               shorten={"snippet": lambda snippet, width: search_lib.snippet_within(snippet, width, text, regex=regex)})
     if result.truncated:
         what = "trials" if by is SearchBy.trial else "hits"
         echo_err(f"(stopped at {limit} {what}: there are more; raise --limit or narrow the search)", wrap=True)
