@@ -141,7 +141,8 @@ def test_every_way_of_finding_hits_gives_the_plain_answer(url, engine, indexed, 
         build_index(engine)
     searches = [("e", {}), ("done", {}), ("error", {}), ("ERROR", {"role": "assistant"}), ("do", {"run": "run-c"}),
                 ("e", {"task": "task1"}), ("e", {"role": "verifier"}), ("e", {"role": "exception"}),
-                ("no such text", {}), ("Déjà", {}), ("out", {})]
+                ("no such text", {}), ("Déjà", {}), ("out", {}), ("needle-xyz", {}), ("AssertionError: exp", {}),
+                ("0% d", {}), ("vu: É", {})]
     for needle, filters in searches:
         expected = _reference(engine, needle, **filters)
         for limit in (1, 2, 3, 5, 8, 13, 1000):
@@ -227,9 +228,39 @@ def test_postgres_planner_can_use_the_index(url, engine):
     sql = "SELECT m.id FROM messages m WHERE " + search_lib._TRIGRAM.format(col="m.content")
     with engine.connect() as conn:
         conn.exec_driver_sql("SET enable_seqscan = off")
-        plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + sql), {
-            "pattern": "%needle%", "needle": "needle"}))
+        plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + sql), {"joined": "%needleqxyz%"}))
     assert search_lib.PG_INDEX in plan
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_an_index_of_an_earlier_version_is_named_and_replaced(url, engine):
+    """Before 2026-12 the trigram indexes were over the texts as they are; search no longer uses
+    them (it asks for the texts with their punctuation joined), says so, and `index build`
+    replaces them."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        conn.exec_driver_sql(f"CREATE INDEX {search_lib.PG_OLD_INDEXES[0]} ON messages USING gin (content gin_trgm_ops)")
+    result = search(url, "needle-xyz")
+    assert result.rows == [NUL_TURN] and "earlier version" in result.note
+    build_index(engine)
+    with engine.connect() as conn:
+        names = set(conn.exec_driver_sql("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'search_%%'").scalars())
+    assert names == {search_lib.PG_INDEX, search_lib.PG_VERIFIER_INDEX}
+    assert search(url, "needle-xyz").note is None
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_needle_joined_by_punctuation_is_asked_of_the_index_joined(url, engine, monkeypatch):
+    """The index holds the texts with their punctuation made letters, and keeps every hit: a
+    needle with punctuation in any place finds what the scan finds (the texts listed through
+    the index, as for a rare needle)."""
+    monkeypatch.setattr(search_lib, "FIRST_BATCH", 1)
+    monkeypatch.setattr(search_lib, "LAST_BATCH", 1)
+    for needle in ("needle-xyz", "a-xyz", "0%", "d: éc", "AssertionError: exp", "'", "%", "{", "ÉCOLE 100%"):
+        scanned = search(url, needle).rows
+        build_index(engine)
+        assert search(url, needle).rows == scanned, needle
+        drop_index(engine)
 
 
 def test_limit_and_snippet_context(url, engine):

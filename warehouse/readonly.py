@@ -58,7 +58,7 @@ from sqlalchemy.pool import QueuePool
 
 from warehouse.db.engine import no_warehouse, read_only_connect_args, resolve_url, sqlite_path, sqlite_read_connection
 from warehouse.db.roles import READS_HERE, reader_role
-from warehouse.db.types import as_declared
+from warehouse.db.stored import as_declared
 from warehouse.errors import WarehouseError, first_line
 from warehouse.sqlcheck import ONLY_QUERIES, SQLITE_DENIED_FUNCTIONS
 

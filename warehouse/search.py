@@ -17,11 +17,10 @@ text once (content addressing keeps the `messages` table far smaller than `turns
   highest id it holds (ids grow in arrival order), a search uses it for those and scans
   the messages that arrived since, so the hits stay exact; `warehouse index build` run again
   indexes just the newer messages. Needles shorter than 3 characters (a trigram) scan.
-- PostgreSQL: the pg_trgm extension and a GIN trigram index on messages.content, which
-  PostgreSQL keeps current on every insert (ingest gets slower, as with any index) and its
-  planner uses for the ILIKE below when that pays; and one on trials' verifier output.
-  pg_trgm takes trigrams of words (letters and digits) alone, so a needle that joins common
-  words with punctuation (`installed_version`) still reads every text holding both words.
+- PostgreSQL: the pg_trgm extension and a GIN trigram index on messages.content with its
+  punctuation joined into words (see _JOINED), which PostgreSQL keeps current on every insert
+  (ingest gets slower, as with any index) and its planner uses for the ILIKE below when that
+  pays; and one on trials' verifier output.
 The index's objects are created at run time, not by migrations, and their names start with
 `search_`.
 """
@@ -50,8 +49,11 @@ FTS_TABLE = "search_fts_messages"
 # FTS5's own table of the rows it has indexed (one per message id): its largest id is how far
 # the index reaches.
 FTS_DOCSIZE = f"{FTS_TABLE}_docsize"
-PG_INDEX = "search_trgm_messages"
-PG_VERIFIER_INDEX = "search_trgm_verifier_output"
+# PostgreSQL's indexes, over the texts with their punctuation joined into words (_JOINED); and
+# the names of those of earlier versions, over the texts as they are, which `index build` replaces.
+PG_INDEX = "search_trgm_message_words"
+PG_VERIFIER_INDEX = "search_trgm_verifier_words"
+PG_OLD_INDEXES = ("search_trgm_messages", "search_trgm_verifier_output")
 MIN_INDEXED_LENGTH = 3
 VERIFIER = "verifier"  # the role under which verifier output is reported and filtered
 EXCEPTION = "exception"  # and a trial's exception message
@@ -76,7 +78,18 @@ _CONTAINS = {
 }
 # What PostgreSQL's trigram index serves: ILIKE, which folds at least A-Z (by locale, maybe more),
 # so that the rows it keeps include every hit; put before the exact test where the index is.
-_TRIGRAM = "{col} ILIKE :pattern ESCAPE '\\'"
+# pg_trgm takes the trigrams of words (letters and digits) alone: over the texts as they are, a
+# needle that joins two common words with punctuation (`installed_version`) has only the
+# trigrams of each word, and PostgreSQL rechecked every text holding both (0.8 s on five times
+# the math data). So the index is over the texts with each ASCII punctuation character made a
+# letter (_JOINED: `installedqversion`), and the needle is asked for made the same way: its
+# trigrams across the punctuation (`dqv`, `qve`) are rare. A text holding the needle holds it
+# joined too, so the index still keeps every hit; the exact test decides.
+_PUNCTUATION = string.punctuation
+# (a template of {col}: the braces among the punctuation doubled)
+_JOINED = ("translate({col}, '" + _PUNCTUATION.replace("'", "''").replace("{", "{{").replace("}", "}}")
+           + "', '" + "q" * len(_PUNCTUATION) + "')")
+_TRIGRAM = _JOINED + " ILIKE :joined"
 _POSITION = {
     "sqlite": "instr(lower({col}), :needle)",  # SQLite's lower() folds ASCII only
     "postgresql": "strpos(lower({col} COLLATE \"C\"), :needle)",
@@ -86,12 +99,12 @@ _POSITION = {
 # dialect), under the "C" collation, where case is folded, and \w and the classes are read, for
 # ASCII alone; SQLite's a function of Python's `re` dialect (the `regex` module, which has a time
 # limit) with the same flags, IGNORECASE and ASCII, registered on the session's connection.
-# PostgreSQL's trigram index serves `~*` too; SQLite's FTS index does not.
+# Neither index serves them: a regular-expression search reads every text it tests.
 _REGEX_CONTAINS = {
     "sqlite": "warehouse_regexp(:regex, {col})",
     "postgresql": "{col} COLLATE \"C\" ~* :regex",
 }
-_REGEX_TRIGRAM = "{col} ~* :regex"
+_REGEX_TRIGRAM = None  # no index serves a regular expression (the indexes hold joined texts)
 _REGEX_AT = {  # the first hit's first character (end 0) or the one after it (end 1), from 1; 0: none
     "sqlite": "warehouse_regexp_at(:regex, {col}, {end})",
     "postgresql": "regexp_instr({col} COLLATE \"C\", :regex, 1, 1, {end}, 'i')",
@@ -102,7 +115,7 @@ _REGEX_AT = {  # the first hit's first character (end 0) or the one after it (en
 class _Match:
     """How a search's text is matched, in SQL: a substring test or a regular expression's."""
     contains: str  # the exact test of {col}
-    trigram: str  # PostgreSQL: the test its trigram index serves (keeping every hit), before it
+    trigram: str | None  # PostgreSQL: the test its trigram index serves (keeping every hit), before it
     start: str  # the first hit's position in {col} (from 1)
     stop: str  # the position after it
     params: dict
@@ -113,10 +126,18 @@ class _Match:
             folded = needle.translate(_ASCII_FOLD)
             return _Match(_CONTAINS[backend], _TRIGRAM, _POSITION[backend],
                           f"{_POSITION[backend]} + {len(needle)}",
-                          {"pattern": "%" + re.sub(r"([\\%_])", r"\\\1", needle) + "%", "needle": folded,
+                          {"pattern": "%" + _like_escaped(needle) + "%", "needle": folded,
+                           "joined": "%" + _like_escaped(needle.translate(_JOIN)) + "%",
                            "phrase": '"' + needle.replace('"', '""') + '"'})
         return _Match(_REGEX_CONTAINS[backend], _REGEX_TRIGRAM, _REGEX_AT[backend].replace("{end}", "0"),
                       _REGEX_AT[backend].replace("{end}", "1"), {"regex": needle})
+
+
+_JOIN = str.maketrans(_PUNCTUATION, "q" * len(_PUNCTUATION))  # _JOINED, in Python
+
+
+def _like_escaped(text: str) -> str:
+    return re.sub(r"([\\%_])", r"\\\1", text)
 
 
 def python_regex(pattern: str):
@@ -214,6 +235,9 @@ def search(url: URL | str, text: str, *, filters: Filters | None = None,
             plural = "s" if index.unindexed != 1 else ""
             notes.append(f"{index.unindexed} message{plural} arrived after the last `warehouse index build` "
                          "and were searched without the index; run it again to index them")
+        if index.outdated and not index.present:
+            notes.append("the search index is of an earlier version, which searches no longer use: "
+                         "run `warehouse index build` again")
         filters = filters or Filters()
         if filters.narrows_trials or filters.labels:  # a value that matches nothing: said beside the hits
             notes.append(filters.unmatched(session.connection))
@@ -233,7 +257,7 @@ def search(url: URL | str, text: str, *, filters: Filters | None = None,
     if by == "trial":
         columns = TRIAL_COLUMNS
         rows = [(*row[:2], hits, *row[2:]) for row, (_, hits) in zip(rows, counted)]
-    return SearchResult(columns, rows, truncated, via_index=use_fts or (backend == "postgresql" and index.present),
+    return SearchResult(columns, rows, truncated, via_index=use_fts or (backend == "postgresql" and index.present and not regex),
                         note="; ".join(filter(None, notes)) or None)
 
 
@@ -325,7 +349,9 @@ class _Finder:
 
     def _listing_test(self, col: str, indexed: bool) -> str:
         exact = self.match.contains.format(col=col)
-        return f"{self.match.trigram.format(col=col)} AND {exact}" if self.backend == "postgresql" and indexed else exact
+        if self.backend == "postgresql" and indexed and self.match.trigram:
+            return f"{self.match.trigram.format(col=col)} AND {exact}"
+        return exact
 
     def _listed(self, sql: str) -> list[int] | None:
         rows = self._fetch(f"{sql} LIMIT {CANDIDATES + 1}")
@@ -528,6 +554,7 @@ class IndexStatus:
     verifier: bool = False  # PostgreSQL: the index on verifier output too (built since 2026-12)
     indexed_through: int = 0  # SQLite: the largest message id the index holds
     unindexed: int = 0  # SQLite: messages that arrived after it (searches scan them)
+    outdated: bool = False  # PostgreSQL: an index of an earlier version, which search no longer uses
 
 
 def index_status(url: URL | str, *, timeout: float = DEFAULT_TIMEOUT) -> IndexStatus:
@@ -539,9 +566,11 @@ def index_status(url: URL | str, *, timeout: float = DEFAULT_TIMEOUT) -> IndexSt
 
 def _index_status(session: ReadSession, backend: str) -> IndexStatus:
     if backend == "postgresql":
-        found = dict(session.fetch("SELECT indexname, 1 FROM pg_indexes WHERE indexname IN (:a, :b)",
-                                   {"a": PG_INDEX, "b": PG_VERIFIER_INDEX}).rows)
-        return IndexStatus(present=PG_INDEX in found, verifier=PG_VERIFIER_INDEX in found)
+        found = dict(session.fetch("SELECT indexname, 1 FROM pg_indexes WHERE indexname IN (:a, :b, :c, :d)",
+                                   {"a": PG_INDEX, "b": PG_VERIFIER_INDEX, "c": PG_OLD_INDEXES[0],
+                                    "d": PG_OLD_INDEXES[1]}).rows)
+        return IndexStatus(present=PG_INDEX in found, verifier=PG_VERIFIER_INDEX in found,
+                           outdated=any(name in found for name in PG_OLD_INDEXES))
     found = session.fetch("SELECT count(*) FROM sqlite_master WHERE name = :name", {"name": FTS_TABLE})
     if not found.rows[0][0]:
         return IndexStatus(present=False)
@@ -569,10 +598,12 @@ def build_index(engine: Engine) -> None:
                 f"WHERE id > (SELECT coalesce(max(id), 0) FROM {FTS_DOCSIZE}) ORDER BY id")
         else:
             conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-            conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {PG_INDEX} ON messages "
-                                 "USING gin (content gin_trgm_ops)")
-            conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {PG_VERIFIER_INDEX} ON trials "
-                                 "USING gin (verifier_output gin_trgm_ops)")
+            for old in PG_OLD_INDEXES:
+                conn.exec_driver_sql(f"DROP INDEX IF EXISTS {old}")
+            for name, table, column in ((PG_INDEX, "messages", "content"),
+                                        (PG_VERIFIER_INDEX, "trials", "verifier_output")):
+                joined = _JOINED.format(col=column).replace("%", "%%")  # (the driver's placeholders)
+                conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} ON {table} USING gin (({joined}) gin_trgm_ops)")
 
 
 def forget_messages(conn: Connection, ids: list[int]) -> None:
@@ -594,5 +625,5 @@ def drop_index(engine: Engine) -> None:
         if engine.dialect.name == "sqlite":
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {FTS_TABLE}")
         else:
-            conn.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_INDEX}")
-            conn.exec_driver_sql(f"DROP INDEX IF EXISTS {PG_VERIFIER_INDEX}")
+            for name in (PG_INDEX, PG_VERIFIER_INDEX, *PG_OLD_INDEXES):
+                conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")

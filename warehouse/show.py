@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, select
 
 from warehouse.db import models
-from warehouse.db.types import jsonb_order
+from warehouse.db.stored import jsonb_order
 from warehouse.db.session import read_transaction
 from warehouse.display import printable
 from warehouse.errors import WarehouseError

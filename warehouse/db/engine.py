@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from warehouse.db import DEFAULT_DB, ENV_VAR  # noqa: F401  (ENV_VAR: part of this module's interface)
-from warehouse.db.types import StoredJson, StoredTime, stored
+from warehouse.db.stored import StoredJson, StoredTime, stored
 from warehouse.errors import SchemaError, WarehouseError, first_line
 
 # A second writer on SQLite waits this long for the lock instead of failing at once.
@@ -290,7 +290,7 @@ def _unreadable(path: Path | None, exc: sqlite3.DatabaseError) -> WarehouseError
     return WarehouseError(f"cannot read {path}: {first_line(exc)}")
 
 
-# A reader's values of the columns declared DATETIME and JSON, marked (see warehouse.db.types).
+# A reader's values of the columns declared DATETIME and JSON, marked (see warehouse.db.stored).
 # Converters are the driver's, process-wide, and apply only to connections opened with
 # detect_types, which only readers are.
 sqlite3.register_converter("DATETIME", lambda raw: stored(raw, StoredTime))
