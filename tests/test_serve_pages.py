@@ -154,3 +154,16 @@ def test_a_search_hit_in_a_trials_own_text_links_to_that_text(client, engine):
     assert [html.unescape(link).rsplit("#", 1)[1] for link in links] == ["verifier", "exception"]
     trial = page(client, html.unescape(links[0]).rsplit("#", 1)[0])
     assert 'id="verifier"' in trial and 'id="exception"' in trial
+
+
+def test_the_search_page_takes_a_regular_expression(client, engine):
+    _add(engine, "regex", [Trial(run_key="run-r", trial_name="r__0", task_name="task1", reward=None,
+                                 result="AgentTimeoutError", exception_type="AgentTimeoutError",
+                                 exception_message="Agent execution timed out after 540.0 seconds",
+                                 episodes=[Episode(0, [Turn("user", "go")])])])
+    assert "1 hit" in page(client, "/search?q=timed%3F+out+after+%5B0-9%5D%2B&regex=1")
+    assert "0 hits" in page(client, "/search?q=timed%3F+out+after+%5B0-9%5D%2B")  # taken literally
+    checked = page(client, "/search?q=x&regex=1")
+    assert re.search(r'name="regex" value="1" checked', checked)
+    bad = client.get("/search?q=%28&regex=1")
+    assert bad.status_code in (400, 422) and "regular expression" in bad.get_data(as_text=True)

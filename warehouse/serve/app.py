@@ -163,12 +163,12 @@ def create_app(viewer: Viewer, *, title: str = "") -> Flask:
 
     @app.get("/search")
     def search():
-        q = request.args.get("q", "")
+        q, regex = request.args.get("q", ""), _flag("regex")
         data = None
         if q:
-            data = pages.search_page(viewer, q, filters=pages.filters_from(_lists()),
+            data = pages.search_page(viewer, q, filters=pages.filters_from(_lists()), regex=regex,
                                      role=request.args.get("role") or None, limit=min(_int("limit", 50), SEARCH_LIMIT))
-        return render_template("search.html", q=q, data=data)
+        return render_template("search.html", q=q, regex=regex, data=data)
 
     return app
 

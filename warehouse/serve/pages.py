@@ -262,10 +262,11 @@ def matrix_page(viewer: Viewer, filters: Filters) -> dict[str, Any]:
             "grid": [(task, cells[task]) for task in tasks], "note": result.note}
 
 
-def search_page(viewer: Viewer, text: str, *, filters: Filters, role: str | None, limit: int) -> dict[str, Any]:
+def search_page(viewer: Viewer, text: str, *, filters: Filters, role: str | None, limit: int,
+                regex: bool = False) -> dict[str, Any]:
     from warehouse.search import search
 
-    found = search(viewer.url, text, filters=filters, role=role, limit=limit, timeout=viewer.timeout)
+    found = search(viewer.url, text, filters=filters, role=role, limit=limit, regex=regex, timeout=viewer.timeout)
     return {"hits": _dicts(found.columns, found.rows), "truncated": found.truncated, "note": found.note}
 
 
