@@ -232,3 +232,15 @@ def test_export_hub_writes_the_same_files_on_both_backends(warehouses, tmp_path)
     assert len(written[0]) > 1 and written[0].keys() == written[1].keys()
     for name in written[0]:
         assert written[0][name] == written[1][name], name
+
+
+def test_the_api_gives_a_declared_columns_values_the_same_python_values(warehouses):
+    import warehouse
+
+    got = []
+    for url in warehouses.values():
+        with warehouse.open(url) as wh:
+            got.append(wh.sql("SELECT started_at, rewards FROM trials WHERE rewards IS NOT NULL ORDER BY trial_name").rows)
+    assert got[0] == got[1] and got[0]
+    started, rewards = got[0][0]
+    assert started.tzinfo is not None and started.utcoffset().total_seconds() == 0 and isinstance(rewards, dict)
