@@ -245,7 +245,8 @@ def test_an_index_of_an_earlier_version_is_named_and_replaced(url, engine):
     build_index(engine)
     with engine.connect() as conn:
         names = set(conn.exec_driver_sql("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'search_%%'").scalars())
-    assert names == {search_lib.PG_INDEX, search_lib.PG_VERIFIER_INDEX}
+    assert names == {search_lib.PG_INDEX, search_lib.PG_VERIFIER_INDEX, search_lib.PG_EXCEPTION_INDEX}
+    assert index_status(url).trial_texts == {"verifier", "exception"}
     assert search(url, "needle-xyz").note is None
 
 

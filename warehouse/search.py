@@ -20,7 +20,7 @@ text once (content addressing keeps the `messages` table far smaller than `turns
 - PostgreSQL: the pg_trgm extension and a GIN trigram index on messages.content with its
   punctuation joined into words (see _JOINED), which PostgreSQL keeps current on every insert
   (ingest gets slower, as with any index) and its planner uses for the ILIKE below when that
-  pays; and one on trials' verifier output.
+  pays; and one on each of trials' verifier output and exception message.
 The index's objects are created at run time, not by migrations, and their names start with
 `search_`.
 """
@@ -53,6 +53,7 @@ FTS_DOCSIZE = f"{FTS_TABLE}_docsize"
 # the names of those of earlier versions, over the texts as they are, which `index build` replaces.
 PG_INDEX = "search_trgm_message_words"
 PG_VERIFIER_INDEX = "search_trgm_verifier_words"
+PG_EXCEPTION_INDEX = "search_trgm_exception_words"
 PG_OLD_INDEXES = ("search_trgm_messages", "search_trgm_verifier_output")
 MIN_INDEXED_LENGTH = 3
 VERIFIER = "verifier"  # the role under which verifier output is reported and filtered
@@ -319,7 +320,7 @@ class _Finder:
             if size > LAST_BATCH and not listed:  # a rare needle: are its texts few?
                 listed = True
                 messages = self._matching_messages() if self.turns_wanted else []
-                trials = {role: self._matching_trials(column, indexed=role == VERIFIER and self.index.verifier)
+                trials = {role: self._matching_trials(column, indexed=role in self.index.trial_texts)
                           for role, column in self.trial_texts()}
                 if (messages is not None and None not in trials.values()
                         and self._uses(messages) <= CANDIDATE_USES):
@@ -554,7 +555,9 @@ def snippet_within(snippet: str, width: int, needle: str, *, regex: bool = False
 @dataclass
 class IndexStatus:
     present: bool
-    verifier: bool = False  # PostgreSQL: the index on verifier output too (built since 2026-12)
+    # PostgreSQL: the trial texts (TRIAL_TEXTS' roles) indexed too (verifier output since
+    # 2026-12, exception messages since 2026-12-03)
+    trial_texts: frozenset[str] = frozenset()
     indexed_through: int = 0  # SQLite: the largest message id the index holds
     unindexed: int = 0  # SQLite: messages that arrived after it (searches scan them)
     outdated: bool = False  # PostgreSQL: an index of an earlier version, which search no longer uses
@@ -569,10 +572,14 @@ def index_status(url: URL | str, *, timeout: float = DEFAULT_TIMEOUT) -> IndexSt
 
 def _index_status(session: ReadSession, backend: str) -> IndexStatus:
     if backend == "postgresql":
-        found = dict(session.fetch("SELECT indexname, 1 FROM pg_indexes WHERE indexname IN (:a, :b, :c, :d)",
-                                   {"a": PG_INDEX, "b": PG_VERIFIER_INDEX, "c": PG_OLD_INDEXES[0],
-                                    "d": PG_OLD_INDEXES[1]}).rows)
-        return IndexStatus(present=PG_INDEX in found, verifier=PG_VERIFIER_INDEX in found,
+        names = (PG_INDEX, PG_VERIFIER_INDEX, PG_EXCEPTION_INDEX, *PG_OLD_INDEXES)
+        found = {row[0] for row in session.fetch(
+            f"SELECT indexname FROM pg_indexes WHERE indexname IN ({', '.join(f':i{n}' for n in range(len(names)))})",
+            {f"i{n}": name for n, name in enumerate(names)}).rows}
+        return IndexStatus(present=PG_INDEX in found,
+                           trial_texts=frozenset(role for role, name in ((VERIFIER, PG_VERIFIER_INDEX),
+                                                                         (EXCEPTION, PG_EXCEPTION_INDEX))
+                                                 if name in found),
                            outdated=any(name in found for name in PG_OLD_INDEXES))
     found = session.fetch("SELECT count(*) FROM sqlite_master WHERE name = :name", {"name": FTS_TABLE})
     if not found.rows[0][0]:
@@ -604,7 +611,8 @@ def build_index(engine: Engine) -> None:
             for old in PG_OLD_INDEXES:
                 conn.exec_driver_sql(f"DROP INDEX IF EXISTS {old}")
             for name, table, column in ((PG_INDEX, "messages", "content"),
-                                        (PG_VERIFIER_INDEX, "trials", "verifier_output")):
+                                        (PG_VERIFIER_INDEX, "trials", "verifier_output"),
+                                        (PG_EXCEPTION_INDEX, "trials", "exception_message")):
                 joined = _JOINED.format(col=column)
                 conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} ON {table} USING gin (({joined}) gin_trgm_ops)")
 
@@ -628,5 +636,5 @@ def drop_index(engine: Engine) -> None:
         if engine.dialect.name == "sqlite":
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {FTS_TABLE}")
         else:
-            for name in (PG_INDEX, PG_VERIFIER_INDEX, *PG_OLD_INDEXES):
+            for name in (PG_INDEX, PG_VERIFIER_INDEX, PG_EXCEPTION_INDEX, *PG_OLD_INDEXES):
                 conn.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
