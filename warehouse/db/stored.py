@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 
 # SQLite hands a raw query's values back by their storage class: a DATETIME column as the text
@@ -41,22 +42,24 @@ class StoredJson(str):
 def _jsonb_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """An object as PostgreSQL's jsonb holds it: a repeated key's last value, shorter keys
     first, keys of one length in the order of their UTF-8 bytes."""
-    return dict(sorted(dict(pairs).items(), key=_jsonb_key))
+    obj = dict(pairs)
+    return {key: obj[key] for key in sorted(obj, key=_jsonb_key)}
 
 
-def _jsonb_key(item: tuple[str, Any]) -> tuple[int, bytes]:
-    key = item[0].encode("utf-8", "surrogatepass")
-    return len(key), key
+@lru_cache(maxsize=4096)  # a trajectory's objects repeat a few keys thousands of times
+def _jsonb_key(key: str) -> tuple[int, bytes]:
+    raw = key.encode("utf-8", "surrogatepass")
+    return len(raw), raw
 
 
 def jsonb_order(value: Any) -> Any:
     """A JSON value read from the warehouse with its objects' keys in jsonb's order, as
     PostgreSQL gives them back: what a reader shows from SQLite (which keeps the order they came
     in) is then the same as from PostgreSQL."""
-    if isinstance(value, dict):
-        return {key: jsonb_order(item) for key, item in sorted(value.items(), key=_jsonb_key)}
-    if isinstance(value, list):
-        return list(map(jsonb_order, value))
+    if type(value) is dict:
+        return {key: jsonb_order(value[key]) for key in sorted(value, key=_jsonb_key)}
+    if type(value) is list:
+        return [jsonb_order(item) for item in value]
     return value
 
 
