@@ -108,7 +108,6 @@ _REGEX_CONTAINS = {
     "sqlite": "warehouse_regexp(:regex, {col})",
     "postgresql": "{col} COLLATE \"C\" ~* :regex",
 }
-_REGEX_TRIGRAM = None  # no index serves a regular expression (the indexes hold joined texts)
 _REGEX_AT = {  # the first hit's first character (end 0) or the one after it (end 1), from 1; 0: none
     "sqlite": "warehouse_regexp_at(:regex, {col}, {end})",
     "postgresql": "regexp_instr({col} COLLATE \"C\", :regex, 1, 1, {end}, 'i')",
@@ -133,7 +132,8 @@ class _Match:
                           {"pattern": "%" + _like_escaped(needle) + "%", "needle": folded,
                            "joined": "%" + _like_escaped(needle.translate(_JOIN)) + "%",
                            "phrase": '"' + needle.replace('"', '""') + '"'})
-        return _Match(_REGEX_CONTAINS[backend], _REGEX_TRIGRAM, _REGEX_AT[backend].replace("{end}", "0"),
+        # (no trigram test: the indexes hold joined texts, which a regular expression cannot ask)
+        return _Match(_REGEX_CONTAINS[backend], None, _REGEX_AT[backend].replace("{end}", "0"),
                       _REGEX_AT[backend].replace("{end}", "1"), {"regex": needle})
 
 
@@ -154,11 +154,10 @@ def python_regex(pattern: str):
         raise WarehouseError(f"invalid regular expression {pattern!r}: {exc}") from None
 
 
-def _register_regex(session: ReadSession, pattern: str) -> None:
-    """SQLite's warehouse_regexp and warehouse_regexp_at on the session's connection, for
-    `pattern`, each match held to the session's deadline: a pattern that backtracks without
-    end (`(a+)+$`) is stopped there, as a query is."""
-    compiled = python_regex(pattern)
+def _register_regex(session: ReadSession, compiled) -> None:
+    """SQLite's warehouse_regexp and warehouse_regexp_at on the session's connection, for the
+    `compiled` pattern (python_regex's), each match held to the session's deadline: a pattern
+    that backtracks without end (`(a+)+$`) is stopped there, as a query is."""
     raw = session.connection.connection.driver_connection
 
     def found(text: str | None):
@@ -226,12 +225,12 @@ def search(url: URL | str, text: str, *, filters: Filters | None = None,
         raise WarehouseError(f"--by must be turn or trial, not {by!r}")
     backend = url.get_backend_name()
     needle = split_text(text)[0]  # stored texts hold U+FFFD where the input had NUL
-    if regex and backend == "sqlite":
-        python_regex(needle)  # a pattern that does not compile: said before anything is read
+    # SQLite's pattern compiled first: one that does not compile is said before anything is read.
+    compiled = python_regex(needle) if regex and backend == "sqlite" else None
     match = _Match.of(backend, needle, regex)
     with readonly_session(url, timeout=timeout, own_text=True) as session:
-        if regex and backend == "sqlite":
-            _register_regex(session, needle)
+        if compiled is not None:
+            _register_regex(session, compiled)
         index = _index_status(session, backend)
         use_fts = backend == "sqlite" and index.present and len(needle) >= MIN_INDEXED_LENGTH and not regex
         notes = []

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, select
 
 from warehouse.db import models
-from warehouse.db.stored import jsonb_order
 from warehouse.db.session import read_transaction
+from warehouse.db.stored import jsonb_order
 from warehouse.display import printable
 from warehouse.errors import WarehouseError
 from warehouse.runs import resolve_run

@@ -34,16 +34,9 @@ class StoredJson(str):
 
     def value(self) -> Any:
         try:
-            return json.loads(self, object_pairs_hook=_jsonb_object)
+            return jsonb_order(json.loads(self))
         except ValueError:
             return str(self)
-
-
-def _jsonb_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object as PostgreSQL's jsonb holds it: a repeated key's last value, shorter keys
-    first, keys of one length in the order of their UTF-8 bytes."""
-    obj = dict(pairs)
-    return {key: obj[key] for key in sorted(obj, key=_jsonb_key)}
 
 
 @lru_cache(maxsize=4096)  # a trajectory's objects repeat a few keys thousands of times
@@ -53,9 +46,10 @@ def _jsonb_key(key: str) -> tuple[int, bytes]:
 
 
 def jsonb_order(value: Any) -> Any:
-    """A JSON value read from the warehouse with its objects' keys in jsonb's order, as
-    PostgreSQL gives them back: what a reader shows from SQLite (which keeps the order they came
-    in) is then the same as from PostgreSQL."""
+    """A JSON value read from the warehouse with its objects' keys in jsonb's order (shorter
+    keys first, keys of one length in the order of their UTF-8 bytes), as PostgreSQL gives them
+    back: what a reader shows from SQLite (which keeps the order they came in) is then the same
+    as from PostgreSQL."""
     if type(value) is dict:
         return {key: jsonb_order(value[key]) for key in sorted(value, key=_jsonb_key)}
     if type(value) is list:
