@@ -17,6 +17,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -142,6 +143,8 @@ def _measure(command: list[str], pages: dict[str, str],
         found = _SERVING.search(line)
         if not found:
             raise SystemExit(f"warehouse serve did not start: {line}{server.stderr.read() if server.poll() else ''}")
+        # The server logs each request to stderr: read, or its pipe fills and the server waits on it.
+        threading.Thread(target=server.stderr.read, daemon=True).start()
         where = urlsplit(found.group(1))
         conn = http.client.HTTPConnection(where.hostname, where.port, timeout=120)
         status = {label: _get(conn, path)[0] for label, path in pages.items()}  # the untimed round
