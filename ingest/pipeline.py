@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -51,10 +52,23 @@ def ingest(
     the dataset's name; and given `labels`, replacing their keys' values, and the labels its
     dataset card declares, where it has none for the key (writer.name_source_runs)."""
     limits.check()  # a mistyped limit fails the ingest before anything is read
+    return load(engine, [_plan(spec) for spec in specs], run=run, labels=labels, keep_going=keep_going,
+                progress=progress, warn=warn)
+
+
+Plan = tuple[Source | WarehouseError, list[traces.TraceUnit]]
+
+
+def load(engine: Engine, plans: list[Plan], *, run: str | None = None, labels: dict[str, str] | None = None,
+         keep_going: bool = False, progress: Progress | None = None,
+         warn: Callable[[str], None] = lambda _msg: None, reader: Reader | None = None,
+         statistics: bool = True) -> Summary:
+    """`ingest`, of sources already resolved (`_plan`): what `ingest --watch` calls with the
+    units that are ready each time it looks (ingest.watch), keeping its `reader` process between
+    calls and refreshing the planner's `statistics` itself."""
     progress = progress or Progress()
     summary = Summary()
     started = time.perf_counter()
-    plans = [_plan(spec) for spec in specs]
     # The totals the progress counts against, known before the first unit: every shard (bytes:
     # its file's size) and every trial directory (no bytes: its files are listed as it is read).
     shards = [shard for source, _ in plans if isinstance(source, Source) for shard in source.shards]
@@ -62,7 +76,7 @@ def ingest(
                  if isinstance(source, Source) and source.kind == "traces" for unit in units)
     progress.plan(len(shards) + trials, sum(map(_file_size, shards)))
     try:
-        with Reader() as reader:
+        with nullcontext(reader) if reader is not None else Reader() as reader:
             for source, units in plans:
                 if isinstance(source, WarehouseError):
                     fail(summary, str(source), warn)
@@ -87,13 +101,13 @@ def ingest(
                     raise
     finally:
         progress.close()
-    if summary.units_loaded:
-        _refresh_statistics(engine, summary)
+    if summary.units_loaded and statistics:
+        refresh_statistics(engine, summary)
     summary.seconds = time.perf_counter() - started
     return summary
 
 
-def _plan(spec: str) -> tuple[Source | WarehouseError, list[traces.TraceUnit]]:
+def _plan(spec: str) -> Plan:
     """A source and, for trace directories, what was found under it; or why the spec names no
     source, reported when its turn comes (in the order the specs were given)."""
     try:
@@ -110,7 +124,7 @@ def _file_size(path: Path) -> int:
         return 0
 
 
-def _refresh_statistics(engine: Engine, summary: Summary) -> None:
+def refresh_statistics(engine: Engine, summary: Summary) -> None:
     """Once per ingest, after its last unit: the planner's statistics of the tables it changed
     (warehouse.db.statistics), so the first query after it is planned from what is there. The
     units are committed by then: a failure here is a warning, not a failed ingest."""

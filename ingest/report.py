@@ -35,6 +35,7 @@ class Summary:
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     database: str | None = None  # where it went, as it may be shown (warehouse.db.engine.redact)
+    stopped: str | None = None  # why the ingest ended before its last unit (stopping_reason)
 
     def add(self, counts: writer.UnitCounts) -> None:
         self.units_loaded += 1
@@ -105,6 +106,9 @@ def database_error_message(where: object, exc: BaseException) -> str:
     return f"{where}: the database refused it ({first_line(getattr(exc, 'orig', None) or exc)})"
 
 
+CONNECTION_LOST = "the connection to the database was lost"
+
+
 class IngestStopped(Exception):
     """The database can take nothing more (its disk is full, its connection is gone): every
     remaining unit would fail the same way. Reported already, in one line; the ingest ends."""
@@ -131,9 +135,9 @@ def stopping_reason(exc: BaseException) -> str | None:
         # No SQLSTATE: the connection itself failed; class 08 and 57P: connection exceptions
         # and the server shutting down or terminating this backend.
         if isinstance(orig, psycopg.OperationalError) and (not state or state.startswith(("08", "57P"))):
-            return "the connection to the database was lost"
+            return CONNECTION_LOST
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return "the connection to the database was lost"
+        return CONNECTION_LOST
     return None
 
 
@@ -143,6 +147,7 @@ def is_fatal(summary: Summary, warn: Callable[[str], None], where: object, exc: 
     reason = stopping_reason(exc)
     if reason is None:
         return False
+    summary.stopped = reason
     fail(summary, f"{where}: {reason} ({first_line(getattr(exc, 'orig', None) or exc)}); the ingest stopped, "
                   f"the {summary.units_loaded} units loaded before it are kept", warn)
     return True

@@ -111,6 +111,29 @@ def _remove_deleted_trials(engine, source: Source, source_id: int, job_dir: Path
         summary.add(w.counts)
 
 
+def record_job(engine, source: Source, job_dir: Path, run, summary: Summary, warn) -> None:
+    """A job's facts (its config.json and result.json) stored in a unit of their own, named for its
+    folder: what `ingest --watch` does when the job's files change after its trials were loaded
+    (Harbor rewrites result.json as trials start and end, and last as the job ends). The writer
+    keeps the reading of the job furthest on (writer.add_runs), whichever came first."""
+    with one_unit(summary, warn, job_dir, lambda exc: _read_error(job_dir, exc)):
+        job = traces.read_job(job_dir, run)
+        if job is None:
+            return
+        digest = hashlib.sha256()
+        for name in ("config.json", "result.json"):
+            path = job_dir / name
+            digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"\1"))
+        source_id = writer.ensure_source(engine, source.kind, source.uri, source.name)
+        unit_name = relative_unit(job_dir, source.root)
+        if writer.is_loaded(engine, source_id, unit_name, digest.hexdigest()):
+            summary.units_skipped += 1
+            return
+        with writer.unit(engine, source_id, unit_name, digest.hexdigest()) as w:
+            w.add_runs([job])
+        summary.add(w.counts)
+
+
 def _trial_error(unit: traces.TraceUnit, exc: Exception) -> str | None:
     return _read_error(unit.path, exc)
 

@@ -244,6 +244,47 @@ class Warehouse:
             raise IngestError(report)
         return report
 
+    def watch(self, sources: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], /, *,
+              run: str | None = None, label: str | Iterable[str] | Mapping[str, str] | None = None,
+              keep_going: bool = False, running: bool = False, poll: float | None = None,
+              settle: float | None = None, on_event: Callable[[Any], None] | None = None,
+              stop: Any = None) -> Any:
+        """Follow local sources (what `warehouse ingest --watch` does) until `stop` (a
+        threading.Event) is set, or Ctrl-C: each trial loaded when it finishes (with `running`,
+        running trials as incomplete snapshots too), each shard once whole; as `ingest` loads them.
+        `poll`: seconds between looks, instead of the file system's notices (network file
+        systems); `settle`: seconds a unit's files must be unchanged before it is read.
+        `on_event` hears an ingest.watch.Event per unit loaded, failed or skipped. Returns the
+        totals (ingest.watch.Totals)."""
+        import threading
+
+        from ingest.read import limits
+        from ingest.watch import SETTLE_SECONDS, Watch, sources_of
+        from warehouse.runs import label_pairs
+
+        specs = check.paths(sources, "sources")
+        check.optional_text(run, "run")
+        check.labels(label)
+        check.flag(keep_going, "keep_going")
+        check.flag(running, "running")
+        poll, settle = check.optional_seconds(poll, "poll"), check.optional_seconds(settle, "settle")
+        check.optional_callable(on_event, "on_event")
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # (as ingest: flat memory)
+        with _errors():
+            limits.check()
+            specs = sources_of(specs)
+            labels = dict(label_pairs(label))
+            engine = self.write_engine(create=True)
+            if run is not None:
+                from warehouse.runs import check_name
+
+                with engine.connect() as conn:
+                    check_name(conn, str(run))
+            watcher = Watch(engine, specs, run=run, labels=labels, keep_going=keep_going, running=running,
+                            poll=poll, settle=SETTLE_SECONDS if settle is None else settle,
+                            on_event=on_event or (lambda _event: None))
+            return watcher.run(stop if stop is not None else threading.Event())
+
     # --- reading ---------------------------------------------------------------------------------
 
     def query(self, name: str, /, *, run: str | Iterable[str] | None = None,

@@ -110,6 +110,17 @@ def optional_integer(value: Any, name: str, minimum: int) -> int | None:
     return None if value is None else integer(value, name, minimum)
 
 
+def optional_seconds(value: Any, name: str, most: float = 3600) -> float | None:
+    """None, or a number of seconds above 0 and at most `most`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentTypeError(f"{name} must be a number of seconds, not {_kind(value)}")
+    if not 0 < value <= most:
+        raise ArgumentValueError(f"{name} must be above 0 and at most {most:g} seconds, not {value!r}")
+    return float(value)
+
+
 def trial(value: Any) -> str:
     """A trial as `show` takes it: its name, RUN/TRIAL, or its id (an int or digits)."""
     if isinstance(value, int) and not isinstance(value, bool):

@@ -389,13 +389,20 @@ def hash_trial_dir(path: os.PathLike[str] | str) -> str:
     path = Path(path)
     with inside(path, TRIAL_FOLDER):
         h = _hash_files(path)
+    h.update(b"\x01job-result\0" + json.dumps(job_result_of(path)).encode())
+    return h.hexdigest()
+
+
+def job_result_of(path: os.PathLike[str] | str) -> str | None:
+    """What the job's result.json says this trial's `result` is (§4.5 step 1), if it lists it."""
+    path = Path(path)
+    with inside(path, TRIAL_FOLDER):
         cfg = _small_json_or_none(path / "config.json")
     trial_name = path.name
     if isinstance(cfg, dict) and isinstance(cfg.get("trial_name"), str):
         trial_name = cfg["trial_name"]
     job_value = _job_level_result(path, trial_name)
-    h.update(b"\x01job-result\0" + json.dumps(job_value[0] if job_value else None).encode())
-    return h.hexdigest()
+    return job_value[0] if job_value else None
 
 
 # --------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ from warehouse.api import IngestError
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import echo_err
-from warehouse.cli.progress import ProgressLine
-from warehouse.errors import Interrupted, ignore_stops, interruption, stop_signal
+from warehouse.cli.progress import ProgressLine, WatchLine
+from warehouse.errors import Interrupted, WarehouseError, ignore_stops, interruption, stop_signal
 from warehouse.runs import parse_labels
 
 
@@ -31,6 +31,18 @@ def ingest(
     keep_going: Annotated[bool, typer.Option(
         "--keep-going", "-k", help="Reject bad rows (the rest of their unit still loads) and exit 0 "
         "even when units failed; failures are still reported and counted.")] = False,
+    watch: Annotated[bool, typer.Option(
+        "--watch", help="Keep following the sources (local folders): load each trial when it finishes "
+        "and each shard once whole, until Ctrl-C or SIGTERM.")] = False,
+    running: Annotated[bool, typer.Option(
+        "--running", help="With --watch: load running trials too, as incomplete snapshots, replaced "
+        "when they finish.")] = False,
+    poll: Annotated[Optional[float], typer.Option(
+        "--poll", metavar="SECONDS", help="With --watch: look every SECONDS instead of waiting for the "
+        "file system's change notices (NFS and other network file systems send none).")] = None,
+    settle: Annotated[Optional[float], typer.Option(
+        "--settle", metavar="SECONDS", help="With --watch: read a trial or shard once its files have "
+        "not changed for SECONDS (default 0.5).")] = None,
 ) -> None:
     """Load sources into the warehouse, idempotently: units already loaded are skipped.
 
@@ -40,13 +52,25 @@ def ingest(
     SIGTERM or Ctrl-C ends the ingest in one line, with exit code 143 or 130: the units
     finished are kept, the one being written is rolled back.
 
+    With --watch it keeps following the folders, as jobs write them, and ends on Ctrl-C or
+    SIGTERM in one line (exit 0, or 1 if a unit failed): when the folders stop changing, the
+    warehouse holds what a one-shot ingest of them gives.
+
     Examples:
 
     \b
       warehouse ingest examples/sample
       warehouse ingest examples/sample --run baseline --label step=100
       warehouse --db team.db ingest examples/sample --keep-going
+      warehouse ingest --watch jobs/
     """
+    if not watch and (running or poll is not None or settle is not None):
+        given = "--running" if running else "--poll" if poll is not None else "--settle"
+        raise WarehouseError(f"{given} goes with --watch")
+    if watch:
+        _watch(ctx, sources, run=run, label=label, keep_going=keep_going, running=running, poll=poll,
+               settle=settle)
+        return
     bar = ProgressLine(sys.stderr) if sys.stderr.isatty() else None
 
     def warn(message: str) -> None:
@@ -77,4 +101,44 @@ def ingest(
     for line in summary.lines():
         echo_err(line)
     if failed:
+        raise typer.Exit(1)
+
+
+def _watch(ctx: typer.Context, sources: list[str], *, run, label, keep_going: bool, running: bool,
+           poll: float | None, settle: float | None) -> None:
+    """`ingest --watch`: a line per event to a pipe, one redrawn line on a terminal (failures
+    above it); Ctrl-C or SIGTERM ends it with one line of totals."""
+    what = sources[0] if len(sources) == 1 else f"{len(sources)} sources"
+    line = WatchLine(sys.stderr, what) if sys.stderr.isatty() else None
+    counts = {"loaded": 0, "failed": 0, "skipped": 0}
+
+    def on_event(event) -> None:
+        if event.kind in counts:
+            counts[event.kind] += 1
+        if line is None:
+            echo_err(f"{event.kind}: {event.text}")
+            return
+        if event.kind in ("failed", "waiting", "reconnected"):
+            line.clear()
+            echo_err(f"{'Error' if event.kind == 'failed' else event.kind}: {event.text}")
+        line.update(counts["loaded"], counts["failed"], event.jobs, event.text if event.kind == "loaded" else None)
+
+    wh = state(ctx).warehouse
+    if line is None:
+        echo_err(f"watching {', '.join(sources)} ({f'polling every {poll:g} s' if poll else 'change notices'}); "
+                 f"Ctrl-C to stop")
+    try:
+        try:
+            wh.watch(sources, run=run, label=parse_labels(label or ()), keep_going=keep_going, running=running,
+                     poll=poll, settle=settle, on_event=on_event)
+        except (KeyboardInterrupt, Exception) as exc:
+            if interruption(exc) is None:
+                raise
+    finally:
+        if line is not None:
+            line.close()
+    ignore_stops()
+    echo_err(f"Stopped: {counts['loaded']} units loaded, {counts['failed']} failed, "
+             f"{counts['skipped']} unchanged; the unit being written, if any, was rolled back.")
+    if counts["failed"] and not keep_going:
         raise typer.Exit(1)

@@ -141,3 +141,41 @@ def _cut(line: str, width: int) -> str:
         keep = room - 1
         return f"{head}{_SEP}{name[:keep // 2]}…{name[len(name) - (keep - keep // 2):]}"
     return line[:width]
+
+
+class WatchLine:
+    """`ingest --watch` on a terminal: one line, redrawn, of what the watch has done so far and
+    how far each job it follows is (its trials done of its total, as Harbor's result.json counts
+    them); a failure is printed above it, as a line of its own."""
+
+    def __init__(self, out: IO[str], what: str) -> None:
+        self._out, self._what = out, what
+        self._shown = False
+        self._last = ""
+
+    def update(self, loaded: int, failed: int, jobs: dict, last: str | None) -> None:
+        parts = [f"watching {self._what}", f"{loaded} loaded", f"{failed} failed"]
+        for job, (done, total) in list(jobs.items())[-3:]:
+            if total:
+                parts.append(f"{printable(os.path.basename(job))} {done or 0}/{total} trials done")
+        if last:
+            self._last = last
+        if self._last:
+            parts.append(f"last: {printable(self._last)}")
+        line = _SEP.join(parts)
+        width = _width(self._out) - 1
+        self._out.write("\r" + (line if len(line) <= width else _cut(line, width)) + "\x1b[K")
+        self._out.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        if self._shown:
+            self._out.write("\r\x1b[K")
+            self._out.flush()
+            self._shown = False
+
+    def close(self) -> None:
+        if self._shown:
+            self._out.write("\n")
+            self._out.flush()
+            self._shown = False
