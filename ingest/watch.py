@@ -90,6 +90,7 @@ class Watch:
         self._rescan = True  # a notice named something no known unit holds
         self._jobs: dict[Path, tuple] = {}  # each job folder: its files' signature when last read
         self._jobs_waiting = False  # a job's files changed, not settled yet
+        self._seen: dict[Path, tuple[tuple, float]] = {}  # a unit's (or job's) signature, and since when
         self._stop = threading.Event()
         self._statistics_at = 0.0
         self._changed = False  # units loaded since the statistics were last refreshed
@@ -172,12 +173,13 @@ class Watch:
                     self._jobs.setdefault(unit.trial.job_dir, ())
         for gone in set(self._units) - seen:
             del self._units[gone]
+            self._seen.pop(gone, None)
 
     def _state(self, unit: _Unit, now: float) -> tuple | None:
         """The unit's signature if it is ready to be loaded now, else None (and it waits, if it
         may become ready without another notice: not settled, or a running snapshot not due)."""
         try:
-            files, newest = _signature(unit.path)
+            files = _signature(unit.path)
         except OSError:  # gone between the notice and now: a rescan forgets it
             self._rescan = True
             return None
@@ -185,7 +187,7 @@ class Watch:
         signature = (files, _job_result(unit.trial) if is_trial else None)
         if signature == unit.done:
             return None
-        if now - newest < self.settle:
+        if not self._settled(unit.path, signature, now):
             self._waiting.add(unit.path)
             return None
         if is_trial and not _finished(unit.trial):
@@ -195,6 +197,15 @@ class Watch:
                 self._waiting.add(unit.path)
                 return None
         return signature
+
+    def _settled(self, key: Path, signature: tuple, now: float) -> bool:
+        """Whether `signature` is what looks at least `settle` seconds apart have both seen: a
+        file still being written (or copied, its old modification time kept) is not read yet."""
+        seen, since = self._seen.get(key, (None, now))
+        if seen != signature:
+            self._seen[key] = (signature, now)
+            return False
+        return now - since >= self.settle
 
     def _load(self, unit: _Unit, signature: tuple) -> None:
         if unit.trial is not None and unit.trial.kind == "unsupported":
@@ -257,12 +268,12 @@ class Watch:
         self._jobs_waiting = False
         for job_dir, before in list(self._jobs.items()):
             try:
-                now, newest = _signature(job_dir / "result.json", job_dir / "config.json")
+                now = _signature(job_dir / "result.json", job_dir / "config.json")
             except OSError:
                 continue
             if now == before:
                 continue
-            if time.time() - newest < self.settle:
+            if not self._settled(job_dir, now, time.time()):
                 self._jobs_waiting = True
                 continue
             trials = [u for u in self._units.values() if u.trial is not None and u.trial.job_dir == job_dir]
@@ -295,11 +306,10 @@ class Watch:
         self.on_event(Event(kind, text, summary, dict(self.totals.jobs)))
 
 
-def _signature(*paths: Path) -> tuple[tuple, float]:
-    """(every file under the paths with its size and modification time, the newest of those
-    times): what says a unit changed without reading it."""
+def _signature(*paths: Path) -> tuple:
+    """Every file under the paths with its size and modification time: what says a unit changed
+    without reading it."""
     files: list[tuple] = []
-    newest = 0.0
     for path in paths:
         if not os.path.isdir(path):
             try:
@@ -308,7 +318,6 @@ def _signature(*paths: Path) -> tuple[tuple, float]:
                 files.append((str(path), None))
                 continue
             files.append((str(path), st.st_size, st.st_mtime_ns))
-            newest = max(newest, st.st_mtime)
             continue
         for folder, dirs, names in os.walk(path):
             dirs.sort()
@@ -318,12 +327,7 @@ def _signature(*paths: Path) -> tuple[tuple, float]:
                 except FileNotFoundError:
                     continue
                 files.append((folder, name, st.st_size, st.st_mtime_ns))
-                newest = max(newest, st.st_mtime)
-            try:
-                newest = max(newest, os.stat(folder).st_mtime)  # a file removed
-            except FileNotFoundError:
-                pass
-    return tuple(files), newest
+    return tuple(files)
 
 
 def _finished(unit: traces.TraceUnit) -> bool:

@@ -1,0 +1,223 @@
+"""`warehouse ingest --watch`: a job written trial by trial while the watch runs ends as a
+one-shot ingest of the finished folder would (order never matters, nor when the watch looked);
+running trials as snapshots with --running; shards as they appear; a bad trial reported and the
+rest still loaded; a lost PostgreSQL connection waited out; the CLI's lines and its one-line end.
+On both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+import canonical
+from conftest import another_warehouse
+from helpers import hub_row, write_shard
+from ingest.pipeline import ingest
+from trace_trees import make_trace_tree
+from warehouse import Warehouse
+from warehouse.db.engine import make_engine, resolve_url
+
+PROVENANCE = ("sources", "loads", "trial_loads", "conflicts", "run_sources")
+SETTLE = 0.2
+CAUGHT_UP = 60.0  # seconds a watch may take to hold what was written (a loaded CI machine)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """A finished job of 8 trials (and 2 RL trials beside it), as the watched folder ends."""
+    return make_trace_tree(tmp_path_factory.mktemp("finished"), seed=7, job_trials=8, rl_trials=2,
+                           with_fixtures=False)
+
+
+class Watching:
+    """Warehouse.watch in a thread, until stop(); its events kept."""
+
+    def __init__(self, url: str, folder: Path, **options) -> None:
+        self.events = []
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(url, folder, options), daemon=True)
+        self.thread.start()
+
+    def _run(self, url, folder, options) -> None:
+        try:
+            Warehouse(url).watch(folder, on_event=self.events.append, stop=self.stop_event,
+                                 settle=options.pop("settle", SETTLE), **options)
+        except BaseException as exc:  # the test asserts there was none
+            self.error = exc
+
+    def kinds(self, kind: str) -> list[str]:
+        return [e.text for e in self.events if e.kind == kind]
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the watch did not stop"
+        assert self.error is None, repr(self.error)
+
+
+def _state(url: str) -> dict[str, list[str]]:
+    engine = make_engine(resolve_url(url))
+    try:
+        dump = canonical.dump(engine, order_independent=True)
+    finally:
+        engine.dispose()
+    return {table: rows for table, rows in dump.items() if table not in PROVENANCE}
+
+
+def _wait_for(condition, what: str, seconds: float = CAUGHT_UP) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds:.0f} s: {what}")
+        time.sleep(0.2)
+
+
+def _job_result(final: dict, done: list[str], total: int, finished: bool) -> dict:
+    """The job's result.json as Harbor rewrites it while the job runs: trials done so far."""
+    value = dict(final)
+    value["stats"] = dict(final["stats"], n_trials=len(done))
+    if not finished:
+        value["finished_at"] = None
+    value["n_total_trials"] = total
+    return value
+
+
+def write_in_stages(finished: Path, watched: Path, pause: float = 0.05) -> None:
+    """Copy the finished tree into `watched` as Harbor writes it: the job's config.json and
+    result.json first; each trial's files but result.json, then (a moment later) its result.json,
+    the job's result.json rewritten after each trial; the job's final result.json last."""
+    job, target = finished / "job-a", watched / "job-a"
+    target.mkdir(parents=True)
+    final = json.loads((job / "result.json").read_text())
+    shutil.copy(job / "config.json", target / "config.json")
+    trials = sorted(p for p in job.iterdir() if p.is_dir())
+    done: list[str] = []
+    (target / "result.json").write_text(json.dumps(_job_result(final, done, len(trials), False)))
+    for trial in trials:
+        shutil.copytree(trial, target / trial.name, ignore=shutil.ignore_patterns("result.json"))
+        time.sleep(pause)
+        shutil.copy(trial / "result.json", target / trial.name / "result.json")
+        done.append(trial.name)
+        (target / "result.json").write_text(json.dumps(_job_result(final, done, len(trials), False)))
+    shutil.copytree(finished / "rl-sweep", watched / "rl-sweep")
+    shutil.copy(job / "result.json", target / "result.json")
+
+
+@pytest.mark.parametrize("poll", [None, 0.1], ids=["notices", "polling"])
+def test_a_job_written_while_watched_ends_as_a_one_shot_ingest(backend, db_url, finished, tmp_path, request, poll):
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    watch = Watching(db_url, watched, poll=poll)
+    try:
+        write_in_stages(finished, watched)
+        with another_warehouse(backend, tmp_path / "one-shot", request,
+                               lambda engine: ingest(engine, [str(watched)])) as one_shot:
+            expected = _state(one_shot)
+        try:
+            _wait_for(lambda: _state(db_url) == expected, "the watched warehouse equal to the one-shot ingest")
+        except AssertionError:
+            assert canonical.differences(expected, _state(db_url)) == []
+            raise
+    finally:
+        watch.stop()
+    loaded = watch.kinds("loaded")
+    assert len([t for t in loaded if "job-a/task-" in t]) >= 8  # each trial, as it finished
+    assert watch.kinds("failed") == []
+
+
+def test_a_running_trial_is_a_snapshot_until_it_finishes(db_url, finished, tmp_path):
+    watched = tmp_path / "watched"
+    trial = next(p for p in sorted((finished / "job-a").iterdir()) if p.is_dir())
+    target = watched / "rl" / trial.name
+    shutil.copytree(trial, target, ignore=shutil.ignore_patterns("result.json"))
+    engine = make_engine(resolve_url(db_url))
+
+    def status() -> list[str]:
+        with engine.connect() as conn:
+            return [s for (s,) in conn.execute(text("SELECT status FROM trials"))]
+
+    watch = Watching(db_url, watched, running=True)
+    try:
+        _wait_for(lambda: status() == ["incomplete"], "the running trial stored as incomplete")
+        shutil.copy(trial / "result.json", target / "result.json")
+        _wait_for(lambda: status() == ["complete"], "the finished trial replacing its snapshot")
+    finally:
+        watch.stop()
+        engine.dispose()
+
+
+def test_without_running_a_trial_waits_for_its_result(db_url, finished, tmp_path):
+    watched = tmp_path / "watched"
+    trial = next(p for p in sorted((finished / "job-a").iterdir()) if p.is_dir())
+    shutil.copytree(trial, watched / "rl" / trial.name, ignore=shutil.ignore_patterns("result.json"))
+    watch = Watching(db_url, watched)
+    try:
+        time.sleep(1.5)
+        assert watch.kinds("loaded") == []
+        shutil.copy(trial / "result.json", watched / "rl" / trial.name / "result.json")
+        _wait_for(lambda: watch.kinds("loaded"), "the trial loaded once its result.json is written")
+    finally:
+        watch.stop()
+
+
+def test_a_unit_is_read_only_once_its_files_have_settled(db_url, finished, tmp_path):
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    watch = Watching(db_url, watched, settle=2.5)
+    try:
+        time.sleep(0.5)  # the watch is following the folder
+        started = time.monotonic()
+        shutil.copytree(finished / "rl-sweep", watched / "rl-sweep")
+        _wait_for(lambda: len(watch.kinds("loaded")) == 2, "both RL trials loaded")
+        assert time.monotonic() - started >= 2.5
+    finally:
+        watch.stop()
+
+
+def test_new_shards_are_loaded_as_they_appear(db_url, tmp_path):
+    dataset = tmp_path / "dataset"
+    (dataset / "data").mkdir(parents=True)
+    rows = [hub_row(f"t{i}", 0, [("user", f"question {i}"), ("assistant", f"answer {i}\x00ü")]) for i in range(6)]
+    write_shard(dataset / "data" / "train-00000.parquet", rows[:3])
+    watch = Watching(db_url, dataset)
+    try:
+        _wait_for(lambda: len(watch.kinds("loaded")) == 1, "the first shard loaded")
+        staged = tmp_path / "staged.parquet"
+        write_shard(staged, rows[3:])
+        shutil.move(staged, dataset / "data" / "train-00001.parquet")
+        _wait_for(lambda: len(watch.kinds("loaded")) == 2, "the second shard loaded")
+    finally:
+        watch.stop()
+    engine = make_engine(resolve_url(db_url))
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM trials")).scalar() == 6
+            assert conn.execute(text("SELECT count(*) FROM loads")).scalar() == 2
+    finally:
+        engine.dispose()
+
+
+def test_a_bad_trial_is_reported_and_the_rest_still_load(db_url, finished, tmp_path):
+    watched = tmp_path / "watched"
+    shutil.copytree(finished / "rl-sweep", watched / "rl-sweep")
+    bad = next((watched / "rl-sweep" / "trace_jobs").iterdir())
+    (bad / "agent" / "trajectory.json").write_text("{not json")
+    watch = Watching(db_url, watched)
+    try:
+        _wait_for(lambda: watch.kinds("loaded") and watch.kinds("failed"), "one trial loaded, one failed")
+        assert len(watch.kinds("failed")) == 1 and "trajectory.json" in watch.kinds("failed")[0]
+        time.sleep(1)
+        assert len(watch.kinds("failed")) == 1  # said once, not at every look
+    finally:
+        watch.stop()
