@@ -43,7 +43,7 @@ TICK_MS = 250  # how often pending units are looked at when no notice comes
 class Event:
     """What the watch tells its caller, one per unit loaded, failed or removed, and per state."""
 
-    kind: str  # "loaded" | "failed" | "skipped" | "waiting" | "reconnected"
+    kind: str  # "watching" (once, first) | "loaded" | "failed" | "skipped" | "waiting" | "reconnected"
     text: str
     summary: Summary | None = None  # of the unit's load
     jobs: dict[Path, tuple[int | None, int | None]] = field(default_factory=dict)  # Totals.jobs
@@ -105,8 +105,10 @@ class Watch:
         roots = [Path(spec).expanduser().resolve() for spec in self.specs]
         with Reader() as reader:
             self._reader = reader
-            self._look()
             force = self.poll is not None
+            how = f"polling every {self.poll:g} s" if force else "change notices"
+            self._say("watching", f"watching {', '.join(self.specs)} ({how}); Ctrl-C to stop")
+            self._look()
             notices = watchfiles.watch(*roots, watch_filter=None, debounce=TICK_MS, step=50, stop_event=stop,
                                        rust_timeout=TICK_MS, yield_on_timeout=True,
                                        force_polling=force, poll_delay_ms=int((self.poll or 0.3) * 1000))

@@ -221,3 +221,137 @@ def test_a_bad_trial_is_reported_and_the_rest_still_load(db_url, finished, tmp_p
         assert len(watch.kinds("failed")) == 1  # said once, not at every look
     finally:
         watch.stop()
+
+
+class Outage:
+    """A TCP relay to the PostgreSQL server that can go down as a restarting server does, from
+    the client's side: every connection through it cut, new ones refused, until it comes back
+    (on the same port)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+
+        self.target = (host, port)
+        self._socket = socket
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.pairs: list = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+
+    def _accept(self, listener) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # down
+            server = self._socket.create_connection(self.target)
+            with self.lock:
+                self.pairs.append((client, server))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def down(self) -> None:
+        self.listener.close()
+        with self.lock:
+            for client, server in self.pairs:
+                for s in (client, server):
+                    try:
+                        s.shutdown(self._socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+            self.pairs.clear()
+
+    def up(self) -> None:
+        self.listener = self._socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self.listener,), daemon=True).start()
+
+
+def test_a_lost_postgresql_connection_is_waited_out(finished, tmp_path, request):
+    from sqlalchemy.engine import make_url
+
+    from conftest import fresh_warehouse
+
+    if not os.environ.get("WAREHOUSE_TEST_PG_URL"):
+        pytest.skip("PostgreSQL tests need WAREHOUSE_TEST_PG_URL")
+    maker = fresh_warehouse("postgresql", tmp_path, request)
+    url = make_url(next(maker))
+    relay = Outage(url.host or "localhost", url.port or 5432)
+    through = url.set(host="127.0.0.1", port=relay.port).render_as_string(hide_password=False)
+    watched = tmp_path / "watched"
+    trials = sorted((finished / "rl-sweep" / "trace_jobs").iterdir())
+    shutil.copytree(trials[0], watched / "trace_jobs" / trials[0].name)
+    watch = Watching(through, watched)
+    try:
+        _wait_for(lambda: len(watch.kinds("loaded")) == 1, "the first trial loaded")
+        relay.down()
+        shutil.copytree(trials[1], watched / "trace_jobs" / trials[1].name)
+        _wait_for(lambda: watch.kinds("waiting"), "the watch waiting for the database")
+        time.sleep(1.5)
+        relay.up()
+        _wait_for(lambda: len(watch.kinds("loaded")) == 2, "the second trial loaded once the server is back")
+        assert watch.kinds("reconnected") and watch.kinds("failed") == []
+    finally:
+        watch.stop()
+        relay.down()
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM trials")).scalar() == 2
+    finally:
+        engine.dispose()
+        next(maker, None)
+
+
+def _cli(db: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "warehouse", "--db", db, "ingest", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "Ctrl-C"])
+def test_the_command_says_each_event_and_ends_in_one_line(db_url, finished, tmp_path, stop):
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    process = _cli(db_url, "--watch", "--settle", "0.2", str(watched))
+    try:
+        assert process.stderr.readline().startswith(f"watching {watched} (change notices)")
+        shutil.copytree(finished / "rl-sweep", watched / "rl-sweep")
+        lines = [process.stderr.readline(), process.stderr.readline()]
+        assert all(line.startswith(f"loaded: {watched}/rl-sweep/trace_jobs/math-") for line in lines), lines
+        process.send_signal(stop)
+        _, rest = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert rest.splitlines() == ["Stopped: 2 units loaded, 0 failed, 0 unchanged; the unit being written, "
+                                 "if any, was rolled back."]
+    assert process.returncode == 0
+
+
+@pytest.mark.parametrize("args", [["--running"], ["--poll", "1"], ["--settle", "1"]])
+def test_watch_options_need_watch(tmp_path, args):
+    process = _cli(str(tmp_path / "w.db"), *args, str(tmp_path))
+    _, err = process.communicate(timeout=60)
+    assert err.splitlines() == [f"Error: {args[0]} goes with --watch"]
+    assert process.returncode != 0
+    assert not (tmp_path / "w.db").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "7200"])
+def test_a_bad_interval_is_one_line(tmp_path, value):
+    process = _cli(str(tmp_path / "w.db"), "--watch", "--poll", value, str(tmp_path))
+    _, err = process.communicate(timeout=60)
+    assert len(err.splitlines()) == 1 and "poll must be above 0 and at most 3600 seconds" in err, err
+    assert process.returncode != 0

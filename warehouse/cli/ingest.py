@@ -116,7 +116,7 @@ def _watch(ctx: typer.Context, sources: list[str], *, run, label, keep_going: bo
         if event.kind in counts:
             counts[event.kind] += 1
         if line is None:
-            echo_err(f"{event.kind}: {event.text}")
+            echo_err(event.text if event.kind == "watching" else f"{event.kind}: {event.text}")
             return
         if event.kind in ("failed", "waiting", "reconnected"):
             line.clear()
@@ -124,9 +124,6 @@ def _watch(ctx: typer.Context, sources: list[str], *, run, label, keep_going: bo
         line.update(counts["loaded"], counts["failed"], event.jobs, event.text if event.kind == "loaded" else None)
 
     wh = state(ctx).warehouse
-    if line is None:
-        echo_err(f"watching {', '.join(sources)} ({f'polling every {poll:g} s' if poll else 'change notices'}); "
-                 f"Ctrl-C to stop")
     try:
         try:
             wh.watch(sources, run=run, label=parse_labels(label or ()), keep_going=keep_going, running=running,
