@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from bench import copy, long_trial, serve
+from bench import copy, long_trial, serve, watch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -653,7 +653,7 @@ WHOLE_PROCESS: dict[str, Callable] = {"startup": startup_results, "ingest": whol
                                       "long": lambda data, work, args: long_trial.results(work, args)}
 # What `--only` can measure alone: those, the canned queries, the viewer's pages, db copy.
 PARTS: dict[str, Callable] = {**WHOLE_PROCESS, "queries": canned_query_results, "serve": serve.results,
-                              "copy": copy.results}
+                              "copy": copy.results, "watch": watch.results}
 
 
 def report(results, info, args) -> None:

@@ -27,7 +27,7 @@ from warehouse.queries import leaderboard, outcome
 from warehouse.queries.power import COLUMNS as POWER_COLUMNS, check_design, power_row
 from warehouse.queries.registry import (CannedQuery, IntList, Param, PostProcess, Read, Rows, breakdown_columns,
                                         reads_more, run_canned, sql_file, trial_columns)
-from warehouse.queries.stats import (bootstrap_counts, clustered_mean, clustered_mean_interval, clustered_rate_interval,
+from warehouse.queries.stats import (bootstrap_counts, clustered_mean_and_interval, clustered_rate_interval,
                                      expanded_confidence, interpolate, mcnemar_exact, pass_at_k, percentile,
                                      percentile_interval, percentile_ranks, paired_t_test)
 from warehouse.runs import label_sort_key
@@ -133,7 +133,7 @@ def _grouped(by: str, rows: Rows) -> tuple[str, Rows]:
 def _pass_rate_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
                     ) -> tuple[list[str], Rows]:
     """pass_rate.sql's rows, one per group and task (a cluster), as one row per group with its
-    intervals: clustered by task (stats.clustered_rate_interval, clustered_mean_interval)."""
+    intervals: clustered by task (stats.clustered_rate_interval, clustered_mean_and_interval)."""
     confidence, _ = _uncertainty(values)
     name, rows = _grouped(values["by"], rows)
     out = []
@@ -144,10 +144,10 @@ def _pass_rate_post(columns: list[str], rows: Rows, values: Mapping[str, Any], r
         trials = sum(c[0] for c in clusters)
         successes = sum(c[1] for c in clusters)
         rewards = [(reward_sum, n) for _, _, reward_sum, n, _, _ in clusters if n]
-        mean_reward, _ = clustered_mean(rewards)
+        mean_reward, low, high = clustered_mean_and_interval(rewards, confidence)
         out.append((group, trials, successes, successes / trials,
                     *clustered_rate_interval([(s, n) for n, s, *_ in clusters], confidence),
-                    mean_reward, sum(c[4] for c in clusters), *clustered_mean_interval(rewards, confidence),
+                    mean_reward, sum(c[4] for c in clusters), low, high,
                     sum(1 for c in clusters if c[5] is not None), trials))
     return [name, "trials", "successes", "pass_rate", "pass_rate_low", "pass_rate_high", "mean_reward", "errors",
             "mean_reward_low", "mean_reward_high", "n_tasks", "n_attempts"], out

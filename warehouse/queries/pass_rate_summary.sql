@@ -2,9 +2,10 @@
 -- group and task. A model is its model_name (MODEL_NAME_SQL, a generated column of both tables).
 -- The summaries hold the trials of an unknown task together; each is a cluster of its own, so
 -- those (few) are read from the trials, through their task_id index. The counts are cast:
--- PostgreSQL sums bigints as numeric.
+-- PostgreSQL sums bigints as numeric. The model is computed only when it is asked for: a
+-- generated column, it costs SQLite an expression per row.
 WITH g AS (
-    SELECT b.run_id, b.agent, b.model_name, b.task_id, CAST(NULL AS BIGINT) AS trial_id,
+    SELECT b.run_id, b.agent, CASE WHEN :by = 'model' THEN b.model_name END AS model_name, b.task_id, CAST(NULL AS BIGINT) AS trial_id,
            b.n_trials AS trials, b.n_successes AS successes, b.reward_sum, b.n_rewards AS rewards,
            CASE WHEN b.exception_type IS NOT NULL THEN b.n_trials ELSE 0 END AS errors
     FROM run_task_breakdown b

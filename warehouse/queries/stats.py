@@ -257,14 +257,16 @@ def clustered_mean(clusters: Sequence[tuple[float, float]]) -> tuple[float, floa
     task's successes and attempts, say), and its cluster-robust standard error,
     sqrt(G / (G - 1) · sum_g (y_g - units_g · mean)² ) / sum units, for G >= 2 clusters.
     (None, None) without units; the error is None with one cluster."""
-    units = math.fsum(n for _, n in clusters)
+    ys, ns = [y for y, _ in clusters], [n for _, n in clusters]
+    units = math.fsum(ns)
     if not units:
         return None, None
-    mean = math.fsum(y for y, _ in clusters) / units
-    g = sum(1 for _, n in clusters if n)
+    mean = math.fsum(ys) / units
+    g = len(ns) - ns.count(0)
     if g < 2:
         return mean, None  # type: ignore[return-value]
-    spread = math.fsum((y - n * mean) ** 2 for y, n in clusters)
+    # fsum: exact, so the answer does not depend on the clusters' order (order never matters).
+    spread = math.fsum([(y - n * mean) ** 2 for y, n in zip(ys, ns)])
     return mean, math.sqrt(g / (g - 1) * spread) / units
 
 
@@ -295,12 +297,20 @@ def clustered_mean_interval(clusters: Sequence[tuple[float, int]], confidence: f
     """mean ± t · se for a mean of values (rewards) over clusters of (sum, count): se clustered,
     Student's t at G - 1 degrees of freedom. With one value per cluster this is the textbook
     t interval of a mean. (None, None) under two clusters."""
+    _, low, high = clustered_mean_and_interval(clusters, confidence)
+    return low, high  # type: ignore[return-value]
+
+
+def clustered_mean_and_interval(clusters: Sequence[tuple[float, int]], confidence: float = 0.95
+                                ) -> tuple[float | None, float | None, float | None]:
+    """clustered_mean's mean and clustered_mean_interval's interval, from one pass over the
+    clusters (a page of thousands of tasks asks for both)."""
     clusters = [(y, n) for y, n in clusters if n]
     mean, se = clustered_mean(clusters)
     if se is None:
-        return None, None
+        return mean, None, None
     half = t_quantile(1 - (1 - confidence) / 2, len(clusters) - 1) * se
-    return mean - half, mean + half
+    return mean, mean - half, mean + half
 
 
 def paired_t_test(differences: Sequence[float]) -> float:

@@ -23,7 +23,7 @@ import re
 import time
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, quote_plus, urlencode
 
 from flask import Flask, Response, abort, g, redirect, render_template, request
 from markupsafe import Markup, escape
@@ -233,15 +233,16 @@ def _url_with(**changes: Any) -> str:
 
 def _matrix_rows(runs: list[tuple[str, str]], grid: list[tuple[str, list]]) -> list[tuple[str, Markup]]:
     """Each task with its row of cells as HTML: a matrix has thousands of cells, which a
-    template renders several times slower. The link is escaped here, as Jinja would (though
-    quote and urlencode leave nothing to escape); the class (all, some, none) and the counts
-    ("2/5") are pages.matrix_page's own words and numbers."""
-    bases = [run_url(key) for key, _ in runs]  # each run's link once, not once per cell
+    template renders several times slower. A link is escaped here, as Jinja would (though
+    quote_plus leaves nothing to escape), its two parts each once: the run's path once per
+    column, the task's query once per row. The class (all, some, none) and the counts ("2/5")
+    are pages.matrix_page's own words and numbers."""
+    bases = [str(escape(run_url(key))) for key, _ in runs]
     rows = []
     for task, cells in grid:
-        query = "?" + urlencode({"task": task})
+        query = str(escape("?task=" + quote_plus(task)))  # what urlencode({"task": task}) gives
         rows.append((task, Markup("".join(
-            f'<td class="cell {c[0]}"><a href="{escape(base + query)}">{c[1]}</a></td>' if c
+            f'<td class="cell {c[0]}"><a href="{base}{query}">{c[1]}</a></td>' if c
             else '<td class="cell missing"></td>' for base, c in zip(bases, cells)))))
     return rows
 
