@@ -37,6 +37,7 @@ SNAPSHOT_SECONDS = 10.0  # `running`: a running trial read again at most this of
 STATISTICS_SECONDS = 60.0  # the planner's statistics refreshed at most this often
 BACKOFF_SECONDS = (0.5, 1, 2, 4, 8, 15, 30)  # waits between tries while the database is away
 TICK_MS = 250  # how often pending units are looked at when no notice comes
+JOB_RETRIES = 20  # a unit failing on its job's files, tried again (a look apart) before said
 
 
 @dataclass
@@ -56,6 +57,7 @@ class _Unit:
     shard: Path | None = None  # or a dataset's shard
     done: tuple | None = None  # the signature it was last loaded (or failed) at
     snapshot_at: float = 0.0  # when it was last loaded while running
+    job_retries: int = 0  # tries failed on its job's files caught mid-write (_caught_mid_write)
 
     @property
     def path(self) -> Path:
@@ -89,7 +91,8 @@ class Watch:
         self._waiting: set[Path] = set()  # units changed but not settled (or not finished)
         self._rescan = True  # a notice named something no known unit holds
         self._jobs: dict[Path, tuple] = {}  # each job folder: its files' signature when last read
-        self._jobs_waiting = False  # a job's files changed, not settled yet
+        self._jobs_waiting = False  # a job's files changed, not settled yet (or not readable)
+        self._job_retries: dict[Path, int] = {}  # looks at a job whose files did not read
         self._seen: dict[Path, tuple[tuple, float]] = {}  # a unit's (or job's) signature, and since when
         self._stop = threading.Event()
         self._statistics_at = 0.0
@@ -106,18 +109,21 @@ class Watch:
         with Reader() as reader:
             self._reader = reader
             force = self.poll is not None
-            how = f"polling every {self.poll:g} s" if force else "change notices"
-            self._say("watching", f"watching {', '.join(self.specs)} ({how}); Ctrl-C to stop")
-            self._look()
             notices = watchfiles.watch(*roots, watch_filter=None, debounce=TICK_MS, step=50, stop_event=stop,
                                        rust_timeout=TICK_MS, yield_on_timeout=True,
                                        force_polling=force, poll_delay_ms=int((self.poll or 0.3) * 1000))
+            following = False
             for changes in notices:
+                if not following:  # the watcher is set up by its first answer: from now on nothing is missed
+                    following = True
+                    how = f"polling every {self.poll:g} s" if force else "change notices"
+                    self._say("watching", f"watching {', '.join(self.specs)} ({how}); Ctrl-C to stop")
+                    self._rescan = True
                 for _change, name in changes:
                     self._notice(Path(name))
                 if stop.is_set():
                     break
-                if changes or self._waiting or self._jobs_waiting:
+                if self._rescan or changes or self._waiting or self._jobs_waiting:
                     self._look()
             self._refresh_statistics(force=True)
         return self.totals
@@ -168,7 +174,9 @@ class Watch:
                 found = [_Unit(replace(source, shards=[shard]), None, shard) for shard in source.shards]
             for unit in found:
                 seen.add(unit.path)
-                if unit.path not in self._units:
+                known = self._units.get(unit.path)
+                # New, or seen otherwise now (a folder that became a trial, a trial in a job).
+                if known is None or known.trial != unit.trial:
                     self._units[unit.path] = unit
                     self._waiting.add(unit.path)
                 if unit.trial is not None and unit.trial.job_dir is not None:
@@ -211,6 +219,11 @@ class Watch:
 
     def _load(self, unit: _Unit, signature: tuple) -> None:
         if unit.trial is not None and unit.trial.kind == "unsupported":
+            if unit.job_retries < JOB_RETRIES:  # a job's result.json mid-write reads as no job
+                unit.job_retries += 1
+                self._waiting.add(unit.path)
+                self._rescan = True  # (discover tells again what the folder is)
+                return
             unit.done = signature
             self.totals.failed += 1
             self._say("failed", f"{unit.trial.path}: {unit.trial.reason}")
@@ -245,6 +258,9 @@ class Watch:
         totals = self.totals
         totals.trials += summary.trials
         totals.incomplete += summary.trials_incomplete
+        if errors and self._caught_mid_write(unit, errors):
+            return
+        unit.job_retries = 0
         if errors:
             totals.failed += 1
             for message in errors:
@@ -260,6 +276,22 @@ class Watch:
         else:
             totals.skipped += 1
             self._say("skipped", f"{unit.path}: already loaded", summary)
+
+    def _caught_mid_write(self, unit: _Unit, errors: list[str]) -> bool:
+        """Whether the unit failed only on its job's own files, which Harbor rewrites in place as
+        each trial starts and ends (a reader can catch one empty or cut short): then it is tried
+        again at the next look, up to JOB_RETRIES times, before the failure is said."""
+        if unit.trial is None or unit.job_retries >= JOB_RETRIES:
+            return False
+        # (a job whose result.json is caught empty is no job to discover: the folder above)
+        job_dir = unit.trial.job_dir or Path(unit.trial.path).parent
+        files = tuple(str(job_dir / name) for name in ("config.json", "result.json"))
+        if not all(message.startswith(files) for message in errors):
+            return False
+        unit.job_retries += 1
+        unit.done = None
+        self._waiting.add(unit.path)
+        return True
 
     def _record_jobs(self) -> None:
         """A job folder whose files changed since they were read: its facts (finished, trials
@@ -293,6 +325,11 @@ class Watch:
             except IngestStopped:  # the database is away: the job is read again at the next look
                 self._jobs_waiting = True
                 continue
+            if errors and self._job_retries.get(job_dir, 0) < JOB_RETRIES:  # caught mid-write, as trials are
+                self._job_retries[job_dir] = self._job_retries.get(job_dir, 0) + 1
+                self._jobs_waiting = True
+                continue
+            self._job_retries.pop(job_dir, None)
             self._jobs[job_dir] = now
             self._changed |= bool(summary.units_loaded)
             for message in errors:

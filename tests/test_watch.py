@@ -69,10 +69,20 @@ class Watching:
 def _state(url: str) -> dict[str, list[str]]:
     engine = make_engine(resolve_url(url))
     try:
-        dump = canonical.dump(engine, order_independent=True)
+        # One snapshot for all the tables (the watch may be writing meanwhile); SQLite reads each
+        # table in a snapshot of its own, so a dump there may catch a unit half-way: _caught_up.
+        dump = canonical.dump(engine.execution_options(isolation_level="REPEATABLE READ")
+                              if engine.dialect.name == "postgresql" else engine, order_independent=True)
     finally:
         engine.dispose()
     return {table: rows for table, rows in dump.items() if table not in PROVENANCE}
+
+
+def _caught_up(url: str, expected: dict[str, list[str]]) -> bool:
+    try:
+        return _state(url) == expected
+    except (KeyError, AssertionError):  # a table read before a unit committed, another after
+        return False
 
 
 def _wait_for(condition, what: str, seconds: float = CAUGHT_UP) -> None:
@@ -125,7 +135,7 @@ def test_a_job_written_while_watched_ends_as_a_one_shot_ingest(backend, db_url, 
                                lambda engine: ingest(engine, [str(watched)])) as one_shot:
             expected = _state(one_shot)
         try:
-            _wait_for(lambda: _state(db_url) == expected, "the watched warehouse equal to the one-shot ingest")
+            _wait_for(lambda: _caught_up(db_url, expected), "the watched warehouse equal to the one-shot ingest")
         except AssertionError:
             assert canonical.differences(expected, _state(db_url)) == []
             raise
@@ -223,6 +233,27 @@ def test_a_bad_trial_is_reported_and_the_rest_still_load(db_url, finished, tmp_p
         watch.stop()
 
 
+def test_a_job_file_caught_mid_write_is_tried_again_not_reported(db_url, finished, tmp_path):
+    """Harbor rewrites a job's result.json in place as each trial starts and ends: a trial read
+    while it is empty is tried again at the next look, and loads once the file is whole."""
+    watched = tmp_path / "watched"
+    job = watched / "job-a"
+    job.mkdir(parents=True)
+    shutil.copy(finished / "job-a" / "config.json", job / "config.json")
+    (job / "result.json").write_text("")  # caught between Harbor's truncation and its write
+    trial = next(p for p in sorted((finished / "job-a").iterdir()) if p.is_dir())
+    shutil.copytree(trial, job / trial.name)
+    watch = Watching(db_url, watched)
+    try:
+        time.sleep(1.5)  # several looks, each failing on the empty file
+        assert watch.kinds("loaded") == [] and watch.kinds("failed") == []
+        shutil.copy(finished / "job-a" / "result.json", job / "result.json")
+        _wait_for(lambda: watch.kinds("loaded"), "the trial loaded once its job's file is whole")
+        assert watch.kinds("failed") == []
+    finally:
+        watch.stop()
+
+
 class Outage:
     """A TCP relay to the PostgreSQL server that can go down as a restarting server does, from
     the client's side: every connection through it cut, new ones refused, until it comes back
@@ -316,6 +347,22 @@ def test_a_lost_postgresql_connection_is_waited_out(finished, tmp_path, request)
         next(maker, None)
 
 
+def _line(process: subprocess.Popen, seconds: float = CAUGHT_UP) -> str:
+    """The process's next line on stderr, or an AssertionError after `seconds` (read by a thread
+    of its own: a select on the pipe would not see lines already in the reader's buffer)."""
+    import queue
+
+    if not hasattr(process, "lines"):
+        process.lines = queue.Queue()
+        process.reader = threading.Thread(target=lambda: [process.lines.put(line) for line in process.stderr],
+                                          daemon=True)
+        process.reader.start()
+    try:
+        return process.lines.get(timeout=seconds)
+    except queue.Empty:
+        raise AssertionError(f"no line within {seconds:.0f} s") from None
+
+
 def _cli(db: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "warehouse", "--db", db, "ingest", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -327,15 +374,17 @@ def test_the_command_says_each_event_and_ends_in_one_line(db_url, finished, tmp_
     watched.mkdir()
     process = _cli(db_url, "--watch", "--settle", "0.2", str(watched))
     try:
-        assert process.stderr.readline().startswith(f"watching {watched} (change notices)")
+        assert _line(process).startswith(f"watching {watched} (change notices)")
         shutil.copytree(finished / "rl-sweep", watched / "rl-sweep")
-        lines = [process.stderr.readline(), process.stderr.readline()]
+        lines = [_line(process), _line(process)]
         assert all(line.startswith(f"loaded: {watched}/rl-sweep/trace_jobs/math-") for line in lines), lines
         process.send_signal(stop)
-        _, rest = process.communicate(timeout=30)
+        process.wait(timeout=30)
+        process.reader.join(5)  # every line it wrote, read
+        rest = list(process.lines.queue)
     finally:
         process.kill()
-    assert rest.splitlines() == ["Stopped: 2 units loaded, 0 failed, 0 unchanged; the unit being written, "
+    assert [line.rstrip("\n") for line in rest] == ["Stopped: 2 units loaded, 0 failed, 0 unchanged; the unit being written, "
                                  "if any, was rolled back."]
     assert process.returncode == 0
 
