@@ -339,22 +339,18 @@ def test_embedded_subagents_land_as_files_do(loaded):
     assert file_files["helper-1"] == "agent/trajectory.helper-1.json"
 
 
-# The README's queries of detail.validation, one per backend.
-README_SQL = {
-    "sqlite": """SELECT t.trial_name, p.value ->> '$.file' AS file, p.value ->> '$.field' AS field,
-       p.value ->> '$.problem' AS problem
-FROM trials t, json_each(t.detail, '$.validation') p
-ORDER BY t.trial_name, p.key""",
-    "postgresql": """SELECT t.trial_name, p ->> 'file' AS file, p ->> 'field' AS field, p ->> 'problem' AS problem
-FROM trials t, jsonb_array_elements(t.detail -> 'validation') WITH ORDINALITY AS v(p, n)
-ORDER BY t.trial_name, v.n""",
-}
+def _readme_sql() -> dict[str, str]:
+    """The README's queries of detail.validation, one per backend, as written there."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("The problems, by SQL:", 1)[1].split("```sql", 1)[1].split("```", 1)[0]
+    sqlite, postgresql = block.split("-- SQLite", 1)[1].split("-- PostgreSQL", 1)
+    return {"sqlite": sqlite.strip(), "postgresql": postgresql.strip()}
 
 
 def test_the_readme_queries_and_show_read_them(loaded):
     url, engine, _ = loaded
     backend = "sqlite" if url.startswith("sqlite") else "postgresql"
-    done = cli(url, "sql", README_SQL[backend], "--format", "json")
+    done = cli(url, "sql", _readme_sql()[backend], "--format", "json")
     assert done.returncode == 0, done.stderr
     rows = [r for r in json.loads(done.stdout) if r["trial_name"] == "metrics-v17"]
     assert [(r["file"], r["field"], r["problem"]) for r in rows] == [
