@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest

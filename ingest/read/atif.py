@@ -22,7 +22,12 @@ What Harbor's rows leave out is kept beside them, since the trace directory is i
 observation that is no turn of its own (on a system or user step, one with no content, e.g. only
 `subagent_trajectory_ref`s, and the last agent step's of each file) goes raw into its step's
 turn extra as "observation"; steps after a file's last episode go raw into that episode's extra
-as "later_steps"; a file's `continued_trajectory_ref` into its episodes' extra.
+as "later_steps"; a file's `continued_trajectory_ref` into its episodes' extra. Nothing a file
+holds is dropped, whatever its ATIF version: a step's, an observation's or a result's unknown
+fields go into the turn's extra as "unknown_fields" (keyed by their path from the step), the
+root's into the file's summary, content parts whole beside the text Harbor takes from them, and
+a step of no known source (which Harbor drops) raw onto the next turn as "skipped_steps".
+Whether the file is valid ATIF is `ingest.read.atif_check`'s question, not this module's.
 
 Everything here works on parsed JSON values; reading files is `ingest.read.traces`' job. Steps are
 read with `.get()` and anything of an unexpected type is skipped or normalised rather than raised,
