@@ -21,6 +21,7 @@ class Summary:
     rows: int = 0
     trials: int = 0
     trials_incomplete: int = 0
+    trials_atif_problems: int = 0  # trials whose trajectories fail strict ATIF validation (detail.validation)
     trials_removed: int = 0  # unfinished trials their jobs deleted (ingest.write.removal)
     episodes_new: int = 0
     episodes_duplicate: int = 0
@@ -62,6 +63,9 @@ class Summary:
             f"trials: {self.trials} in loaded units ({self.trials_incomplete} incomplete); "
             f"turns: {self.turns} in new episodes, {self.turns_stored} stored; {self.seconds:.1f}s",
         ]
+        if self.trials_atif_problems:
+            out.append(f"trials: {self.trials_atif_problems} with ATIF problems, loaded with what could be read "
+                       f"(see detail.validation)")
         if self.trials_removed:
             out.append("trials: 1 removed (an unfinished trial the job deleted)" if self.trials_removed == 1 else
                        f"trials: {self.trials_removed} removed (unfinished trials their jobs deleted)")

@@ -64,6 +64,7 @@ def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit
             jobs_seen.add(unit.job_dir)
         summary.add(w.counts)
         summary.trials_incomplete += trial.status == "incomplete"
+        summary.trials_atif_problems += "validation" in trial.detail
 
 
 def _whole_jobs(source: Source, trials: list[traces.TraceUnit]) -> dict[Path, list[traces.TraceUnit]]:

@@ -480,6 +480,16 @@ def _check_loaded(engine, src: Path, case_id: str) -> None:
     assert trial["n_episodes"] >= 1
 
 
+def _check_steps_not_list(engine, src: Path, case_id: str) -> None:
+    # Strict ATIF validation fails it; the trial loads without episodes, the steps kept in its
+    # detail and the problem recorded (ingest.read.atif_check).
+    trial = _trial(engine, f"bad__{case_id}")
+    assert trial["n_episodes"] == 0
+    assert {"file": "agent/trajectory.json", "step": None, "field": "steps", "problem": "expected a list"} \
+        in trial["detail"]["validation"]
+    assert trial["detail"]["trajectories"][0]["unread"] == {"steps": {"1": {"source": "user", "message": "hi"}}}
+
+
 def _check_wrong_types(engine, src: Path, case_id: str) -> None:
     trial = _trial(engine, f"bad__{case_id}")
     assert (trial["agent"], trial["agent_version"], trial["model_provider"]) == (None,) * 3
@@ -616,8 +626,8 @@ TRACE_CASES = [
          file="agent/trajectory.json"),
     Case("trajectory-list", "traces", "unit", _overlay("trajectory-list"), ("expected a JSON object, got list",),
          file="agent/trajectory.json"),
-    Case("trajectory-steps-not-list", "traces", "unit", _overlay("trajectory-steps-not-list"),
-         ("field 'steps': expected a list",), file="agent/trajectory.json"),
+    Case("trajectory-steps-not-list", "traces", "valid", _overlay("trajectory-steps-not-list"),
+         check=_check_steps_not_list),
     Case("trajectory-invalid-utf8", "traces", "unit",
          _mutate("agent/trajectory.json", _bytes_into(b"careful terminal", b"careful \xc3\x28terminal")),
          ("not valid UTF-8", "0xc3"), file="agent/trajectory.json"),

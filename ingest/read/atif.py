@@ -22,7 +22,12 @@ What Harbor's rows leave out is kept beside them, since the trace directory is i
 observation that is no turn of its own (on a system or user step, one with no content, e.g. only
 `subagent_trajectory_ref`s, and the last agent step's of each file) goes raw into its step's
 turn extra as "observation"; steps after a file's last episode go raw into that episode's extra
-as "later_steps"; a file's `continued_trajectory_ref` into its episodes' extra.
+as "later_steps"; a file's `continued_trajectory_ref` into its episodes' extra. Nothing a file
+holds is dropped, whatever its ATIF version: a step's, an observation's or a result's unknown
+fields go into the turn's extra as "unknown_fields" (keyed by their path from the step), the
+root's into the file's summary, content parts whole beside the text Harbor takes from them, and
+a step of no known source (which Harbor drops) raw onto the next turn as "skipped_steps".
+Whether the file is valid ATIF is `ingest.read.atif_check`'s question, not this module's.
 
 Everything here works on parsed JSON values; reading files is `ingest.read.traces`' job. Steps are
 read with `.get()` and anything of an unexpected type is skipped or normalised rather than raised,
@@ -35,6 +40,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.read.atif_check import OBSERVATION_FIELDS, RESULT_FIELDS, ROOT_FIELDS, STEP_FIELDS
 from ingest.shape.records import Episode, Prefix, Turn
 
 # Per-step token data that would make every turn as large as the rollout; the Hub rows never
@@ -128,6 +134,12 @@ def _step_extra(step: dict[str, Any]) -> dict[str, Any]:
         extra["metrics"] = _clean_metrics(metrics)
     if step.get("extra") is not None:
         extra["step_extra"] = step["extra"]
+    if step.get("source") != "agent" and step.get("reasoning_content") is not None:
+        extra["reasoning_content"] = step["reasoning_content"]  # rendered on agent steps only
+    unknown = {k: v for k, v in step.items() if k not in STEP_FIELDS}
+    if unknown:
+        # A later version's fields (or a producer's own): kept, under the names the step gave them.
+        extra["unknown_fields"] = unknown
     message = step.get("message")
     if message is not None and not isinstance(message, str):
         # ATIF v1.6 content parts: the turn text is the first part's text (Harbor's rule);
@@ -188,10 +200,12 @@ def _observation_turn(step: dict[str, Any]) -> Turn | None:
     call_ids: list[Any] = []
     result_extras: list[Any] = []
     subagent_refs: list[Any] = []
-    for result in results:
+    unknown = {f"observation.{k}": v for k, v in observation.items() if k not in OBSERVATION_FIELDS}
+    for n, result in enumerate(results):
         if isinstance(result, dict) and "content" in result:
             contents.append(normalize_message_content(result["content"]))
         if isinstance(result, dict):
+            unknown.update((f"observation.results[{n}].{k}", v) for k, v in result.items() if k not in RESULT_FIELDS)
             if result.get("source_call_id") is not None:
                 call_ids.append(result["source_call_id"])
             if result.get("extra") is not None:
@@ -209,6 +223,13 @@ def _observation_turn(step: dict[str, Any]) -> Turn | None:
         extra["subagent_trajectory_refs"] = subagent_refs
     if any(isinstance(r, dict) and has_images(r.get("content")) for r in results):
         extra["multimodal"] = True
+    if any(isinstance(r, dict) and isinstance(r.get("content"), list) for r in results):
+        # ATIF v1.6 content parts: the text is each result's first part's (Harbor's rule); keep
+        # every result's parts, in the results' order (None for a result with a string).
+        extra["content_parts"] = [r.get("content") if isinstance(r, dict) and isinstance(r.get("content"), list)
+                                  else None for r in results]
+    if unknown:
+        extra["unknown_fields"] = unknown  # keyed by their path from the step
     return Turn(role="user", content="\n".join(contents), extra=extra)
 
 
@@ -221,10 +242,15 @@ class _StepTurns:
 
 
 def _build_step_turns(
-    steps: list[dict[str, Any]], tools: Any, embed_tools: bool
+    steps: list[dict[str, Any]], tools: Any, embed_tools: bool, *, keep_trailing: bool = False
 ) -> list[_StepTurns]:
+    """The turns of each step. A step of no known source makes none (Harbor's exporter drops
+    it); it is kept raw on the next step's turn as "skipped_steps", and with `keep_trailing`
+    those after the last turn on that one (a main trajectory keeps them in "later_steps")."""
     out: list[_StepTurns] = []
     tools_added = False
+    skipped: list[dict[str, Any]] = []
+    last_main: Turn | None = None
     for step in steps:
         source = step.get("source")
         message = step.get("message", "")
@@ -247,8 +273,16 @@ def _build_step_turns(
             observation = _observation_turn(step)
             if observation is None:
                 _keep_observation(main, step)
-        # Any other source is not exported by Harbor either.
+        else:
+            skipped.append(_raw_step(step))
+        if main is not None:
+            if skipped:
+                main.extra = {**main.extra, "skipped_steps": skipped}
+                skipped = []
+            last_main = main
         out.append(_StepTurns(source, bool(step.get("is_copied_context")), main, observation))
+    if skipped and keep_trailing and last_main is not None:
+        last_main.extra = {**last_main.extra, "skipped_steps": last_main.extra.get("skipped_steps", []) + skipped}
     return out
 
 
@@ -387,7 +421,7 @@ def render_subagent_episode(
         return None
     ctx.check_steps(file, steps)
     turns: list[Turn] = []
-    for st in _build_step_turns(steps, None, embed_tools=False):
+    for st in _build_step_turns(steps, None, embed_tools=False, keep_trailing=True):
         if st.main is not None:
             turns.append(st.main)
         if st.source == "agent" and st.observation is not None:
@@ -423,6 +457,19 @@ def embedded_label(sub: dict[str, Any], position: int) -> str:
     return f"subagent-{position}"
 
 
+def _unread(data: dict[str, Any]) -> dict[str, Any]:
+    """What no episode can hold, by its path: `steps` that is not a list, a step or an embedded
+    subagent that is not an object (kept, as the reader skips them)."""
+    out: dict[str, Any] = {}
+    for key in ("steps", "subagent_trajectories"):
+        value = data.get(key)
+        if isinstance(value, list):
+            out.update((f"{key}[{i}]", item) for i, item in enumerate(value) if not isinstance(item, dict))
+        elif value is not None:
+            out[key] = value
+    return out
+
+
 def first_instruction(data: dict[str, Any]) -> str | None:
     """Harbor's `_extract_instruction` on one trajectory: the stripped message of the first step
     (any source) whose message is a non-empty string."""
@@ -450,6 +497,12 @@ def trajectory_summary(file: TrajectoryFile) -> dict[str, Any]:
     for key in ("trajectory_id", "notes", "final_metrics", "continued_trajectory_ref", "extra"):
         if data.get(key) is not None:
             summary[key] = data[key]
+    unknown = {k: v for k, v in data.items() if k not in ROOT_FIELDS}
+    if unknown:
+        summary["unknown_fields"] = unknown  # a later version's root fields, or a producer's own
+    unread = _unread(data)
+    if unread:
+        summary["unread"] = unread
     tools = agent.get("tool_definitions")
     if tools:
         summary["n_tool_definitions"] = len(tools) if isinstance(tools, list) else None

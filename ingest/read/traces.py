@@ -13,7 +13,9 @@ the database. Public API:
 
 Everything is read leniently (`.get()` everywhere, unknown keys ignored, wrong types skipped and
 noted in `detail["field_warnings"]`), except JSON that does not parse, JSON files that are not
-UTF-8, and files whose top-level shape is not the one expected: those raise `TraceError`.
+UTF-8, and files whose top-level shape is not the one expected: those raise `TraceError`. A
+trajectory is checked against its ATIF version (`ingest.read.atif_check`) and what fails is
+listed in `detail["validation"]`; the trial keeps everything that could be read.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ingest.read import atif, limits
+from ingest.read import atif, atif_check, limits
 from ingest.read.atif import RenderContext, TrajectoryFile
 from ingest.read.trace_files import (
     CHUNK,
@@ -872,11 +874,12 @@ def _load_trajectory(path: Path, rel: str) -> TrajectoryFile:
     data = load_json(path)
     if not isinstance(data, dict):
         raise TraceError(path, top_level_error(data) + " (an ATIF trajectory)")
-    if "steps" in data and not isinstance(data["steps"], list):
-        raise TraceError(path, f"field 'steps': expected a list, got {type(data['steps']).__name__}")
+    # `steps` that is not a list is a validation problem (the file has no steps to render), not
+    # a reason to refuse the trial.
     file = TrajectoryFile(relpath=rel, data=data)
+    steps = data.get("steps")
     try:  # here, before anything walks the steps (rendering checks the embedded trajectories)
-        RenderContext(max_steps=limits.STEPS.get()).check_steps(file, data.get("steps") or [])
+        RenderContext(max_steps=limits.STEPS.get()).check_steps(file, steps if isinstance(steps, list) else [])
     except atif.TooLarge as exc:
         raise TraceError(path, exc.message) from None
     return file
@@ -947,14 +950,22 @@ def _legacy_episode_dirs(base: _Base) -> int:
     return sum(1 for p in agent_dir.glob("episode-*") if p.is_dir())
 
 
+# At most this many validation problems are kept on a trial (in reading order); the rest are
+# counted per file in detail["validation_omitted"].
+MAX_VALIDATION_PROBLEMS = 100
+
+
 class _Episodes:
-    """Collects the episodes of one trial in reading order, with unique trace sources."""
+    """Collects the episodes of one trial in reading order, with unique trace sources, and each
+    trajectory file's summary and validation problems."""
 
     def __init__(self, ctx: RenderContext, notes: dict[str, list[Any]]) -> None:
         self.ctx = ctx
         self.notes = notes
         self.episodes: list[Episode] = []
         self.summaries: list[dict[str, Any]] = []
+        self.validation: list[dict[str, Any]] = []
+        self.validation_omitted: dict[str, int] = {}
         self.sources: set[str] = set()
         self.trajectory_model: str | None = None
 
@@ -965,8 +976,22 @@ class _Episodes:
         self.sources.add(candidate)
         return candidate
 
+    def _summarize(self, file: TrajectoryFile) -> None:
+        """The file's summary and its validation problems (an embedded subagent's relpath has a
+        `#`: it must name its trajectory_id)."""
+        summary = atif.trajectory_summary(file)
+        checked = atif_check.check(file.data, embedded="#" in file.relpath)
+        if checked.later_version is not None:
+            summary["later_version"] = {"checked_as": f"ATIF-v1.{atif_check.LATEST}",
+                                        "unknown_fields": checked.unknown_fields}
+        self.summaries.append(summary)
+        room = max(0, MAX_VALIDATION_PROBLEMS - len(self.validation))
+        self.validation += [{"file": file.relpath, **p} for p in checked.problems[:room]]
+        if len(checked.problems) > room:
+            self.validation_omitted[file.relpath] = len(checked.problems) - room
+
     def _subagent(self, file: TrajectoryFile, source: str) -> None:
-        self.summaries.append(atif.trajectory_summary(file))
+        self._summarize(file)
         episode = atif.render_subagent_episode(file, self.ctx, self._unique(source))
         if episode is not None:
             self.episodes.append(episode)
@@ -988,7 +1013,7 @@ class _Episodes:
         info["has_trajectory"] = bool(files)
         if files:
             for f in files:
-                self.summaries.append(atif.trajectory_summary(f))
+                self._summarize(f)
                 model_name = _d(f.data.get("agent")).get("model_name")
                 if self.trajectory_model is None and isinstance(model_name, str) and model_name:
                     self.trajectory_model = model_name
@@ -1332,6 +1357,10 @@ def _read_trial(d: Path, run_key: str) -> Trial:
         detail["config"] = _redact(config_file if config_file is not None else config)
     if collector.summaries:
         detail["trajectories"] = collector.summaries
+    if collector.validation:
+        detail["validation"] = collector.validation
+    if collector.validation_omitted:
+        detail["validation_omitted"] = collector.validation_omitted
     if not any(info["has_trajectory"] for info in per_base.values()):
         detail["no_trajectory"] = True
     if dropped:
