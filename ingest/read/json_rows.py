@@ -233,8 +233,6 @@ class _Inference:
                 self.types.setdefault(name, pa.string())
             else:
                 self.types[name] = _unify(self.types.get(name), _infer([value.get(name) for value in objects]))
-        for name in names:
-            self.types.setdefault(name, pa.null())
 
     def _messages(self, conversations: Iterator[Any]) -> None:
         extra: dict[str, list[Any]] = {}
