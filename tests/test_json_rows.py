@@ -294,3 +294,32 @@ def test_other_files_are_refused_in_one_line(db_url, tmp_path):
     other.write_text("hello")
     result = _cli("ingest", "--db", db_url, str(other))
     _assert_one_line_error(result, str(other), "not a rows file (.parquet, .json, .jsonl")
+
+
+def test_deleting_a_parquet_source_leaves_what_its_jsonl_twin_alone_gives(backend, db_url, engine, tmp_path,
+                                                                           request):
+    """`sources delete` makes the trials the other source holds again from its rows, read back
+    as its unit held them: here a JSONL that disagrees with the Parquet on one trial's result."""
+    import canonical
+    from conftest import another_warehouse
+    from warehouse.db.engine import make_engine, resolve_url
+
+    rows = _rows()
+    jsonl_rows = [dict(row, result="0.0") if row["trial_name"] == "t1__abcdefg" else row for row in rows]
+    parquet = write_shard(tmp_path / "p" / "rows.parquet", rows, extra_fields=[
+        pa.field("meta", pa.struct([("k", pa.int64()), ("tags", pa.list_(pa.string()))])),
+        pa.field("score", pa.float64())])
+    jsonl = _write(tmp_path / "j" / "rows.jsonl", jsonl_rows)
+    assert ingest(engine, [str(parquet), str(jsonl)]).errors == []
+    done = _cli("sources", "delete", str(parquet), "--yes", "--db", db_url)
+    assert done.returncode == 0, done.stderr
+    provenance = ("sources", "loads", "trial_loads", "conflicts", "run_sources", "episode_loads")
+    with another_warehouse(backend, tmp_path / "alone", request,
+                           lambda e: ingest(e, [str(jsonl)])) as url:
+        alone = make_engine(resolve_url(url))
+        want = {t: r for t, r in canonical.dump(alone, order_independent=True).items() if t not in provenance}
+        alone.dispose()
+    got = {t: r for t, r in canonical.dump(engine, order_independent=True).items() if t not in provenance}
+    assert canonical.differences(want, got) == []
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT result FROM trials WHERE trial_name = 't1__abcdefg'")).scalar_one() == "0.0"

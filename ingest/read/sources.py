@@ -48,7 +48,8 @@ def _resolve(spec: str) -> Source:
     raise WarehouseError(f"{spec}: no such file or directory (and not a Hub dataset id org/name[@revision])")
 
 
-# An ATIF trajectory given on its own (not in a trial folder's agent/): a trial of its own.
+# An ATIF trajectory given on its own (not in a trial folder's agent/): a trial of its own
+# (ingest.read.traces reads it).
 TRAJECTORY = "trajectory.json"
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from ingest.read import atif, limits
 from ingest.read.atif import RenderContext, TrajectoryFile
+from ingest.read.sources import TRAJECTORY as LONE_TRAJECTORY  # given on its own: a trial (TraceUnit.lone)
 from ingest.read.trace_files import (
     CHUNK,
     TraceError,
@@ -68,7 +69,6 @@ __all__ = [
 SMALL_JSON_BYTES = 1024 * 1024
 _HEAD_BYTES = 64 * 1024
 TRIAL_FOLDER = "the trial folder"  # what a trial's files must not lead out of
-LONE_TRAJECTORY = "trajectory.json"  # given on its own: a trial of its own (TraceUnit.lone)
 LONE_FOLDER = "the trajectory's folder"
 
 _REDACTED = "<redacted>"
