@@ -323,3 +323,51 @@ def test_deleting_a_parquet_source_leaves_what_its_jsonl_twin_alone_gives(backen
     assert canonical.differences(want, got) == []
     with engine.connect() as conn:
         assert conn.execute(text("SELECT result FROM trials WHERE trial_name = 't1__abcdefg'")).scalar_one() == "0.0"
+
+
+def test_a_json_list_row_longer_than_a_read_chunk_is_read_whole(engine, tmp_path):
+    """A JSON list is parsed an element at a time from chunks of 1 MiB: a row of 3 MB (and the
+    rows around it, and a number at a chunk's end) come whole."""
+    from ingest.read.json_rows import CHUNK
+
+    long = "é" * (3 << 20) + ODD
+    rows = [hub_row("a__abcdefg", 0, [("user", "short")]),
+            hub_row("a__abcdefg", 1, [("user", "short"), ("assistant", long)]),
+            hub_row("a__abcdefg", 2, [("user", "after")], score=12345678)]
+    source = _write(tmp_path / "rows.json", rows)
+    assert len(source.read_text(encoding="utf-8")) > 3 * CHUNK
+    assert ingest(engine, [str(source)]).errors == []
+    assert conversation_of(engine, RUN, "a__abcdefg", 1) == [("user", "short"), ("assistant", long)]
+    assert conversation_of(engine, RUN, "a__abcdefg", 2) == [("user", "after")]
+
+
+def test_a_row_split_by_a_chunk_boundary_is_read_whole(engine, tmp_path):
+    from ingest.read.json_rows import CHUNK
+
+    head = json.dumps([hub_row("a__abcdefg", 0, [("user", "x")])])[:-1] + ", "
+    row = json.dumps(hub_row("a__abcdefg", 1, [("user", "y")], score=0))[:-1] + ', "n": '
+    pad = CHUNK - len(head) - len(row) - 3  # the number 123456 starts 3 characters before the chunk ends
+    row = row.replace('"y"', '"' + "y" * pad + '"')
+    source = tmp_path / "rows.json"
+    source.write_text(head + row + "123456}]", encoding="utf-8")
+    assert ingest(engine, [str(source)]).errors == []
+    with engine.connect() as conn:
+        extra = conn.execute(text("SELECT extra FROM episodes WHERE episode_index = 1")).scalar_one()
+    assert (json.loads(extra) if isinstance(extra, str) else extra) == {"score": 0, "n": 123456}
+
+
+def test_a_row_past_the_file_limit_is_refused(db_url, engine, tmp_path):
+    """One row is read whole, so WAREHOUSE_MAX_FILE_BYTES bounds it: a JSON Lines line past it is
+    a rejected row; a JSON list's row past it fails its file."""
+    import os
+
+    rows = [hub_row("a__abcdefg", 0, [("user", "x" * 5000)]), hub_row("a__abcdefg", 1, [("user", "y")])]
+    env = {**os.environ, "WAREHOUSE_MAX_FILE_BYTES": "4096"}
+    lines = _write(tmp_path / "rows.jsonl", rows)
+    result = forked_cli.run(["ingest", "--db", db_url, "--keep-going", str(lines)], env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"{lines} line 1: rejected: longer than 4096 bytes (WAREHOUSE_MAX_FILE_BYTES)" in result.stderr
+    assert conversation_of(engine, RUN, "a__abcdefg", 1) == [("user", "y")]
+    listed = _write(tmp_path / "rows.json", rows)
+    result = forked_cli.run(["ingest", "--db", db_url, str(listed)], env=env)
+    _assert_one_line_error(result, f"{listed} row 0:", "longer than 4096 bytes")

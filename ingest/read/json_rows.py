@@ -401,6 +401,8 @@ class _ListReader:
             if end == len(self.text) and self.more():  # a number may go on in what comes next
                 continue
             text = self.text[self.pos:end]
+            if len(text) * 4 > self.limit and len(text.encode("utf-8", "surrogatepass")) > self.limit:
+                raise ShardError(f"{self.where(index)}: longer than {self.limit} bytes (WAREHOUSE_MAX_FILE_BYTES)")
             self.pos = end
             if _maybe_deep(text) and _too_deep(value):
                 return _Row(0, self.where(index), error=f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
