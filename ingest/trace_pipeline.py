@@ -14,7 +14,8 @@ from ingest.write import removal, writer
 
 
 # What a folder that is neither a Parquet dataset nor a trace directory was searched for.
-NOTHING_TO_LOAD = ("nothing to load: no Parquet files (*.parquet, or a Hub snapshot's data/*.parquet) and no "
+NOTHING_TO_LOAD = ("nothing to load: no rows files (*.parquet, *.jsonl, *.ndjson, a list in *.json, gzipped, or "
+                   "a Hub snapshot's data/*) and no "
                    "Harbor trial directories (a result.json, config.json, agent/ or steps/) under it")
 
 

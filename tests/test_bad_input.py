@@ -915,7 +915,8 @@ def test_nothing_loadable_is_an_error(files, db_url, engine, tmp_path):
     done = _ingest(db_url, folder)
     assert done.returncode == 1
     assert [line for line in _stderr_lines(done) if line.startswith("Error: ")] == [
-        f"Error: {folder}: nothing to load: no Parquet files (*.parquet, or a Hub snapshot's data/*.parquet) and "
+        f"Error: {folder}: nothing to load: no rows files (*.parquet, *.jsonl, *.ndjson, a list in *.json, "
+        "gzipped, or a Hub snapshot's data/*) and "
         "no Harbor trial directories (a result.json, config.json, agent/ or steps/) under it"], done.stderr
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM sources")).scalar() == 0

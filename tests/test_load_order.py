@@ -239,3 +239,28 @@ def test_a_longer_later_step_read_alone_stays_one_conversation(fresh, tmp_path):
                       if t in ("episodes", "turns", "trial_lengths")})
     # The same conversations under the same keys, whichever step's shard is first by name.
     assert dumps[0]["trial_lengths"] == dumps[1]["trial_lengths"]
+
+
+def test_a_jsonl_of_a_datasets_rows_gives_what_its_parquet_gives(sources, fresh, tmp_path):
+    """The same rows as JSON Lines (in a dataset folder of the same name) store what the Parquet
+    stores, provenance aside, alone or with it in either order; each source's export is its own
+    rows whichever came first."""
+    shard = next((sources["all"] / "data").glob("*.parquet"))
+    jsonl = tmp_path / "as-jsonl" / "all" / "data" / shard.with_suffix(".jsonl").name
+    jsonl.parent.mkdir(parents=True)
+    jsonl.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in pq.read_table(shard).to_pylist()),
+                     encoding="utf-8")
+    pair = {"parquet": sources["all"], "jsonl": jsonl.parent.parent}
+    alone = []
+    for name in pair:
+        engine = fresh()
+        _load(engine, pair, [[name]])
+        alone.append({t: rows for t, rows in canonical.dump(engine, order_independent=True).items()
+                      if t not in (*PROVENANCE, "episode_loads")})  # (which unit each row came from)
+    assert canonical.differences(*alone) == []
+    first, then = fresh(), fresh()
+    _load(first, pair, [["parquet"], ["jsonl"]])
+    _load(then, pair, [["jsonl"], ["parquet"]])
+    a, b = (_state(e, pair, tmp_path / f"both-{i}") for i, e in enumerate((first, then)))
+    assert canonical.differences(a, b) == []
+    assert a["export jsonl"] == a["export parquet"]

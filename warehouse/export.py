@@ -44,7 +44,7 @@ from warehouse.errors import WarehouseError, first_line
 from warehouse.filters import Filters
 from warehouse import harbor_rows
 from warehouse.harbor_rows import Columns
-from warehouse.hub_columns import FIELD_COLUMNS
+from warehouse.hub_columns import FIELD_COLUMNS, parquet_name
 from warehouse.outdir import staged_output
 from warehouse.runs import labels_of
 from warehouse.readonly import check_timeout
@@ -272,7 +272,7 @@ def _plan_sources(conn: Connection, sel: _Selection, columns: Columns) -> list[_
         SOURCES, SOURCES.c.id == LOADS.c.source_id).where(
         LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_not(None)).order_by(*_unit_order(LOADS, SOURCES))
     for load in conn.execute(hub_loads):
-        outputs.append(_Output(schema=schema_from_json(load.arrow_schema), file_name=Path(load.unit).name,
+        outputs.append(_Output(schema=schema_from_json(load.arrow_schema), file_name=parquet_name(Path(load.unit).name),
                                where=[EPISODE_LOADS.c.load_id == load.id, *sel.row_filter],
                                keep_empty=not sel.narrowed))
     traces = [LOADS.c.source_id.in_(sel.source_ids), LOADS.c.arrow_schema.is_(None), _FINISHED, *sel.row_filter]

@@ -1,7 +1,8 @@
 """Hub-shaped Parquet: one row per exported episode, as `harbor traces export` writes it.
 
 Reads a shard in record batches and maps each row to a Trial holding one Episode; knows
-nothing about the database."""
+nothing about the database. The same rows in JSON (a list, JSON Lines, gzip-compressed) come in
+as record batches too (ingest.read.json_rows), and go on from there as a Parquet shard's."""
 
 from __future__ import annotations
 
@@ -59,8 +60,14 @@ class ShardInfo:
     schema: pa.Schema
 
 
-def open_shard(path: Path) -> tuple[pq.ParquetFile, ShardInfo]:
-    """Open a shard and check its schema before any row is read."""
+def open_shard(path: Path) -> tuple[pq.ParquetFile | Any, ShardInfo]:
+    """Open a shard and check its schema before any row is read. A JSON rows file
+    (ingest.read.json_rows) gives its own reader in place of the ParquetFile, its schema
+    inferred from its rows and checked the same way."""
+    from ingest.read import json_rows
+
+    if json_rows.is_rows_file(path):
+        return json_rows.open_rows(path)
     try:
         if path.stat().st_size == 0:
             # A download or copy that never happened, not a dataset with no rows (a valid
@@ -71,6 +78,12 @@ def open_shard(path: Path) -> tuple[pq.ParquetFile, ShardInfo]:
     except (pa.ArrowException, OSError) as exc:
         raise ShardError(f"{path}: not a readable Parquet file ({first_line(exc)})") from None
     schema = pf.schema_arrow
+    check_schema(path, schema)
+    return pf, ShardInfo(path=path, n_rows=pf.metadata.num_rows, schema=schema)
+
+
+def check_schema(path: Path, schema: pa.Schema) -> None:
+    """A ShardError naming the first column the rows cannot be read from."""
     repeated = [name for name, n in Counter(schema.names).items() if n > 1]
     if repeated:  # schema.field(name) cannot tell them apart
         raise ShardError(f"{path}: column '{repeated[0]}' appears {schema.names.count(repeated[0])} times")
@@ -93,7 +106,6 @@ def open_shard(path: Path) -> tuple[pq.ParquetFile, ShardInfo]:
             raise ShardError(f"{path}: column 'conversations' has no '{name}' field")
         if not _is_string(fields[name]):
             raise ShardError(f"{path}: field 'conversations.{name}' is {fields[name]}, expected a string")
-    return pf, ShardInfo(path=path, n_rows=pf.metadata.num_rows, schema=schema)
 
 
 def use_system_allocator() -> None:
@@ -110,13 +122,24 @@ def read_batches(pf: pq.ParquetFile, path: Path, run_name: str, run_override: st
     of {role, content} with a role, every text valid UTF-8) is prepared column by column
     straight from Arrow; any other batch goes row by row through `rows_of`, whose checks
     reject the rows at fault by name."""
+    if not isinstance(pf, pq.ParquetFile):  # a JSON rows file (open_shard)
+        from ingest.read import json_rows
+
+        return json_rows.read_batches(pf, run_name, run_override)
     seen: dict = {}  # each trial's first row in the shard (map_row)
 
     def prepared(batch: pa.RecordBatch, first_row: int) -> Batch:
-        return (_columnar(batch, path, first_row, run_name, run_override, seen)
-                or prepare(*rows_of(batch, path, first_row, run_name, run_override, seen), batch.nbytes))
+        return prepare_batch(batch, path, first_row, run_name, run_override, seen)
 
     return _each_batch(pf, path, rows_per_batch(pf), prepared)
+
+
+def prepare_batch(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, run_override: str | None,
+                  seen: dict, where: Callable[[int], str] | None = None) -> Batch:
+    """A record batch prepared for the writer: column by column when it has the usual shape,
+    else row by row (rows_of). `where`: a row number's name in a rejection (rows_of)."""
+    return (_columnar(batch, path, first_row, run_name, run_override, seen)
+            or prepare(*rows_of(batch, path, first_row, run_name, run_override, seen, where), batch.nbytes))
 
 
 def rows_per_batch(pf: pq.ParquetFile) -> int:
@@ -154,9 +177,11 @@ def _each_batch(pf: pq.ParquetFile, path: Path, batch_rows: int,
 
 
 def rows_of(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, run_override: str | None,
-            seen: dict | None = None) -> tuple[list[Trial], list[Rejected]]:
+            seen: dict | None = None, where: Callable[[int], str] | None = None,
+            ) -> tuple[list[Trial], list[Rejected]]:
     """A record batch as Trials, one per row, and the rows that cannot be used. `seen`: the
-    trials' first rows in the shard so far (map_row)."""
+    trials' first rows in the shard so far (map_row); `where`: a row number's name in a
+    rejection (a JSON Lines file names the line), by default "FILE row N"."""
     names = batch.schema.names
     # Rows whose text is not valid UTF-8 (Arrow does not check what it reads): the row
     # is rejected naming the column, not the whole shard.
@@ -184,7 +209,7 @@ def rows_of(batch: pa.RecordBatch, path: Path, first_row: int, run_name: str, ru
                 raise RowError(bad_text[i])
             trials.append(map_row(row, conversations[i], first_row + i, run_name, run_override, seen))
         except RowError as exc:
-            rejected.append(Rejected(f"{path} row {first_row + i}", str(exc)))
+            rejected.append(Rejected(where(first_row + i) if where else f"{path} row {first_row + i}", str(exc)))
     return trials, rejected
 
 

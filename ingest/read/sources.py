@@ -1,5 +1,6 @@
-"""What a SOURCE argument names: a Parquet file, a Hub-snapshot-shaped folder, a Hub id, or
-a Harbor trace directory, resolved to local files."""
+"""What a SOURCE argument names: a rows file (Parquet, a JSON list, JSON Lines, gzip-compressed
+JSON), a Hub-snapshot-shaped folder, a Hub id, a Harbor trace directory, or a lone ATIF
+`trajectory.json`, resolved to local files."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from warehouse.errors import WarehouseError, first_line
+from warehouse.hub_columns import GZIP_SUFFIX, JSON_LINES_SUFFIXES, JSON_LIST_SUFFIXES, PARQUET_SUFFIX, \
+    json_rows_kind, rows_stem
 
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<rev>[\w./-]+))?$")
 # huggingface_hub's cache lays snapshots out as datasets--org--name/snapshots/<commit>/.
@@ -45,12 +48,20 @@ def _resolve(spec: str) -> Source:
     raise WarehouseError(f"{spec}: no such file or directory (and not a Hub dataset id org/name[@revision])")
 
 
+# An ATIF trajectory given on its own (not in a trial folder's agent/): a trial of its own
+# (ingest.read.traces reads it).
+TRAJECTORY = "trajectory.json"
+
+
 def _local(path: Path) -> Source:
     if path.is_file():
-        if path.suffix != ".parquet":
-            raise WarehouseError(f"{path}: not a .parquet file or a directory")
+        if path.name == TRAJECTORY:
+            return _trajectory(path)
+        if not is_rows_file(path):
+            raise WarehouseError(f"{path}: not a rows file (.parquet, .json, .jsonl, .ndjson, .jsonl.gz), "
+                                 f"an ATIF {TRAJECTORY} or a directory")
         root = path.parent.parent if path.parent.name == "data" else path.parent
-        name = _dataset_name(root) if path.parent.name == "data" else path.stem
+        name = _dataset_name(root) if path.parent.name == "data" else rows_stem(path.name)
         return Source(kind="parquet", uri=str(path), name=name, root=path.parent, shards=[path])
     shards = parquet_shards(path)
     if shards:
@@ -61,14 +72,61 @@ def _local(path: Path) -> Source:
     return Source(kind="traces", uri=str(path), name=path.name, root=path)
 
 
+def _trajectory(path: Path) -> Source:
+    """A trial folder's agent/trajectory.json stands for its trial (as a step folder does);
+    any other trajectory.json is a trial of its own, its siblings (`trajectory.cont-1.json`,
+    `trajectory.summarization-*.json`) read as a trial's agent/ folder's are. Its run, and its
+    trial's name, are its folder's (Harbor names a trial without a job's run after the trial)."""
+    from ingest.read import traces
+
+    trial = path.parent.parent
+    if path.parent.name == "agent" and traces.is_trial_dir(trial):
+        return _local(trial)
+    return Source(kind="traces", uri=str(path), name=path.parent.name, root=path)
+
+
+def is_rows_file(path: Path) -> bool:
+    return path.name.lower().endswith(PARQUET_SUFFIX) or json_rows_kind(path.name) is not None
+
+
+_ROW_SUFFIXES = (PARQUET_SUFFIX, *JSON_LINES_SUFFIXES, *JSON_LIST_SUFFIXES)
+
+
 def parquet_shards(folder: Path) -> list[Path]:
-    """`data/*.parquet` (the Hub layout), else `*.parquet` directly in the folder, in name order."""
+    """The dataset's rows files: `data/*` (the Hub layout), else those directly in the folder,
+    in name order. Parquet, JSON Lines and JSON lists (also gzip-compressed), beside or instead
+    of each other, as the Hub's loaders take them. Directly in a folder a `.json` file is rows
+    only when it holds a list: a Harbor job or trial folder keeps its own `.json` objects there."""
     for candidate in (folder / "data", folder):
         if candidate.is_dir():
-            found = sorted(p for p in candidate.glob("*.parquet") if p.is_file())
+            found = sorted(p for p in candidate.iterdir() if _is_shard(p, top=candidate == folder))
             if found:
                 return found
     return []
+
+
+def _is_shard(path: Path, top: bool) -> bool:
+    name = path.name.lower()
+    if not name.removesuffix(GZIP_SUFFIX).endswith(_ROW_SUFFIXES) or (name.endswith(PARQUET_SUFFIX + GZIP_SUFFIX)):
+        return False
+    if not path.is_file():
+        return False
+    if top and json_rows_kind(name) == "list":
+        return name != TRAJECTORY and _starts_a_list(path)
+    return True
+
+
+def _starts_a_list(path: Path) -> bool:
+    """Whether a (possibly gzip-compressed) JSON file's first character, past whitespace and a
+    byte-order mark, opens a list."""
+    import gzip
+
+    try:
+        with (gzip.open(path, "rb") if path.name.lower().endswith(GZIP_SUFFIX) else path.open("rb")) as fh:
+            head = fh.read(4096)
+    except (OSError, EOFError):
+        return True  # a list file that cannot be read is reported when it is read
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"[")
 
 
 def _inside_dataset(folder: Path, shards: list[Path]) -> None:
@@ -182,7 +240,8 @@ def _hub(repo: str, revision: str | None) -> Source:
     try:
         local = snapshot_download(
             repo_id=repo, repo_type="dataset", revision=revision,
-            allow_patterns=["README.md", "data/*.parquet", "*.parquet"],
+            allow_patterns=["README.md", *(f"{folder}*{suffix}" for folder in ("data/", "")
+                                             for suffix in (*_ROW_SUFFIXES, *(s + GZIP_SUFFIX for s in _ROW_SUFFIXES[1:])))],
             token=os.environ.get("HF_TOKEN") or None,
         )
     except (HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, OSError, ValueError) as exc:
@@ -190,7 +249,7 @@ def _hub(repo: str, revision: str | None) -> Source:
     root = Path(local)
     shards = parquet_shards(root)
     if not shards:
-        raise WarehouseError(f"{repo}: the dataset has no Parquet files under data/")
+        raise WarehouseError(f"{repo}: the dataset has no Parquet or JSON rows files under data/")
     cache = HF_CACHE_SNAPSHOT.search(str(root))
     _inside_dataset(root, shards)
     return Source(kind="hub", uri=repo, name=repo, root=root, shards=shards,

@@ -34,6 +34,7 @@ from typing import Any
 
 from ingest.read import atif, atif_check, limits
 from ingest.read.atif import RenderContext, TrajectoryFile
+from ingest.read.sources import TRAJECTORY as LONE_TRAJECTORY  # given on its own: a trial (TraceUnit.lone)
 from ingest.read.trace_files import (
     CHUNK,
     TraceError,
@@ -70,6 +71,7 @@ __all__ = [
 SMALL_JSON_BYTES = 1024 * 1024
 _HEAD_BYTES = 64 * 1024
 TRIAL_FOLDER = "the trial folder"  # what a trial's files must not lead out of
+LONE_FOLDER = "the trajectory's folder"
 
 _REDACTED = "<redacted>"
 
@@ -87,6 +89,8 @@ class TraceUnit:
     kind: str  # "trial" | "unsupported"
     job_dir: Path | None = None
     reason: str | None = None
+    # A lone ATIF trajectory.json (path is the file): its folder is read as a trial's agent/ folder.
+    lone: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,6 +236,11 @@ def _classify_path(path: Path) -> tuple[str | None, str | None]:
     return _classify(path, dirs, files)
 
 
+def is_trial_dir(path: Path) -> bool:
+    """Whether `discover` takes the folder for a trial directory."""
+    return path.is_dir() and _classify_path(path)[0] == "trial"
+
+
 def _is_job_dir(path: Path, cache: dict[Path, bool]) -> bool:
     if path not in cache:
         kind, _ = _classify_path(path) if path.is_dir() else (None, None)
@@ -256,6 +265,9 @@ def discover(root: os.PathLike[str] | str) -> Iterator[TraceUnit]:
     if not root.exists():
         reason = "symbolic link loop or dangling link" if root.is_symlink() else "does not exist"
         yield TraceUnit(path=root, kind="unsupported", reason=reason)
+        return
+    if root.is_file() and root.name == LONE_TRAJECTORY:
+        yield TraceUnit(path=root, kind="trial", lone=True)
         return
     if not root.is_dir():
         yield TraceUnit(path=root, kind="unsupported", reason="not a directory")
@@ -335,14 +347,16 @@ def discover(root: os.PathLike[str] | str) -> Iterator[TraceUnit]:
 _VERIFIER_FILES = ("reward.json", "reward.txt", "test-stdout.txt", "test-stderr.txt")
 
 
+def _trajectory_files(agent: Path, prefix: str) -> list[str]:
+    """Relative paths of the trajectory files in an agent/ folder (or a lone trajectory's)."""
+    if not agent.is_dir():
+        return []
+    return [f"{prefix}{p.name}" for p in agent.glob("trajectory*.json") if p.is_file()]
+
+
 def _unit_files(base: Path, prefix: str) -> list[str]:
     """Relative paths of the files the reader uses under one agent/verifier/artifacts base."""
-    out: list[str] = []
-    agent = base / "agent"
-    if agent.is_dir():
-        for p in agent.glob("trajectory*.json"):
-            if p.is_file():
-                out.append(f"{prefix}agent/{p.name}")
+    out = _trajectory_files(base / "agent", f"{prefix}agent/")
     for name in _VERIFIER_FILES:
         if (base / "verifier" / name).is_file():
             out.append(f"{prefix}verifier/{name}")
@@ -364,10 +378,10 @@ def reader_files(path: os.PathLike[str] | str) -> list[str]:
     return sorted(set(files))
 
 
-def _hash_files(path: Path) -> Any:
-    """A sha256 object over the files the reader uses (see hash_trial_dir)."""
+def _hash_files(path: Path, files: list[str] | None = None) -> Any:
+    """A sha256 object over the files the reader uses (see hash_trial_dir), or `files`."""
     h = hashlib.sha256()
-    for rel in reader_files(path):
+    for rel in reader_files(path) if files is None else files:
         full = path / rel
         # Opened as the reader will (inside the trial folder, within its size limit), so a file
         # it would refuse is refused before a byte of it is hashed.
@@ -387,8 +401,12 @@ def _hash_files(path: Path) -> Any:
 def hash_trial_dir(path: os.PathLike[str] | str) -> str:
     """sha256 (hex) over the sorted relative paths, sizes and contents of the files the reader
     uses, read in chunks, plus the job-level `result` lookup for this trial (a job result.json
-    outside the directory decides the exported `result` string, harbor-formats.md §4.5)."""
+    outside the directory decides the exported `result` string, harbor-formats.md §4.5). For a
+    lone trajectory.json (a file), its folder's trajectory files."""
     path = Path(path)
+    if path.is_file():
+        with inside(path.parent, LONE_FOLDER):
+            return _hash_files(path.parent, sorted(_trajectory_files(path.parent, ""))).hexdigest()
     with inside(path, TRIAL_FOLDER):
         h = _hash_files(path)
     h.update(b"\x01job-result\0" + json.dumps(job_result_of(path)).encode())
@@ -856,6 +874,16 @@ class _Base:
     name: str | None  # step name; None for a single-step trial
     path: Path
     rel: str  # "" or "steps/<name>/"
+    lone: bool = False  # a lone trajectory.json's folder: its trajectories are there, not in agent/
+
+    @property
+    def agent_dir(self) -> Path:
+        return self.path if self.lone else self.path / "agent"
+
+    @property
+    def agent_rel(self) -> str:
+        """The agent folder's relative path, as a prefix of its files'."""
+        return self.rel if self.lone else f"{self.rel}agent/"
 
     @property
     def main_source(self) -> str:
@@ -887,31 +915,31 @@ def _load_trajectory(path: Path, rel: str) -> TrajectoryFile:
 
 def _read_chain(base: _Base, notes: dict[str, list[Any]]) -> list[TrajectoryFile]:
     """agent/trajectory.json and its continued_trajectory_ref chain (relative to agent/)."""
-    agent_dir = base.path / "agent"
+    agent_dir = base.agent_dir
     main = agent_dir / "trajectory.json"
     if not is_present(main):
         return []
-    files = [_load_trajectory(main, f"{base.rel}agent/trajectory.json")]
+    files = [_load_trajectory(main, f"{base.agent_rel}trajectory.json")]
     seen = {"trajectory.json"}
     while True:
         ref = files[-1].data.get("continued_trajectory_ref")
         if not ref or not isinstance(ref, str):
             break
         if ref in seen:
-            notes.setdefault("continuation_loops", []).append(f"{base.rel}agent/{ref}")
+            notes.setdefault("continuation_loops", []).append(f"{base.agent_rel}{ref}")
             break
         if not (agent_dir / ref).is_file():
-            notes.setdefault("missing_continuations", []).append(f"{base.rel}agent/{ref}")
+            notes.setdefault("missing_continuations", []).append(f"{base.agent_rel}{ref}")
             break
         seen.add(ref)
-        files.append(_load_trajectory(agent_dir / ref, f"{base.rel}agent/{ref}"))
+        files.append(_load_trajectory(agent_dir / ref, f"{base.agent_rel}{ref}"))
     return files
 
 
 def _subagent_files(base: _Base) -> list[tuple[str, Path]]:
     """Harbor's `collect_subagent_traces`: agent/trajectory.*.json except `.cont-` files, sorted;
     the trace source is the part between "trajectory." and ".json"."""
-    agent_dir = base.path / "agent"
+    agent_dir = base.agent_dir
     if not agent_dir.is_dir():
         return []
     return [
@@ -924,7 +952,7 @@ def _subagent_files(base: _Base) -> list[tuple[str, Path]]:
 def _instruction(base: _Base, loaded: dict[str, TrajectoryFile]) -> str | None:
     """Harbor's `_extract_instruction`: the lexically first agent/trajectory*.json that is not a
     summarization file (so trajectory.cont-1.json sorts before trajectory.json)."""
-    agent_dir = base.path / "agent"
+    agent_dir = base.agent_dir
     if not agent_dir.is_dir():
         return None
     paths = sorted(
@@ -932,7 +960,7 @@ def _instruction(base: _Base, loaded: dict[str, TrajectoryFile]) -> str | None:
     )
     if not paths:
         return None
-    rel = f"{base.rel}agent/{paths[0].name}"
+    rel = f"{base.agent_rel}{paths[0].name}"
     file = loaded.get(rel)
     if file is None:
         try:
@@ -944,8 +972,8 @@ def _instruction(base: _Base, loaded: dict[str, TrajectoryFile]) -> str | None:
 
 def _legacy_episode_dirs(base: _Base) -> int:
     """terminus-2's pre-ATIF agent/episode-<i>/ folders (not rendered; counted in detail)."""
-    agent_dir = base.path / "agent"
-    if not agent_dir.is_dir():
+    agent_dir = base.agent_dir
+    if base.lone or not agent_dir.is_dir():
         return 0
     return sum(1 for p in agent_dir.glob("episode-*") if p.is_dir())
 
@@ -968,6 +996,7 @@ class _Episodes:
         self.validation_omitted: dict[str, int] = {}
         self.sources: set[str] = set()
         self.trajectory_model: str | None = None
+        self.trajectory_agent: str | None = None
 
     def _unique(self, source: str) -> str:
         candidate, n = source, 2
@@ -1014,19 +1043,25 @@ class _Episodes:
         if files:
             for f in files:
                 self._summarize(f)
-                model_name = _d(f.data.get("agent")).get("model_name")
+                agent = _d(f.data.get("agent"))
+                model_name, agent_name = agent.get("model_name"), agent.get("name")
                 if self.trajectory_model is None and isinstance(model_name, str) and model_name:
                     self.trajectory_model = model_name
+                if self.trajectory_agent is None and isinstance(agent_name, str) and agent_name:
+                    self.trajectory_agent = agent_name
             self.episodes.extend(atif.render_main_episodes(files, self.ctx, self._unique(base.main_source)))
             for f in files:
                 self._embedded(f, None if base.name is None else base.main_source)
         elif legacy := _legacy_episode_dirs(base):
             info["legacy_episode_dirs"] = legacy
         for kind, path in _subagent_files(base):
-            rel = f"{base.rel}agent/{path.name}"
+            rel = f"{base.agent_rel}{path.name}"
             loaded[rel] = _load_trajectory(path, rel)
             self._subagent(loaded[rel], base.sub_source(kind))
         info["instruction"] = _instruction(base, loaded)
+        if base.lone:  # nothing but trajectories: a verifier/ beside it is not its trial's
+            info.update(verifier_output=None, file_rewards=None, file_rewards_from=None, reward_files={})
+            return info
 
         vdir = base.path / "verifier"
         info["verifier_output"] = _read_verifier_output(vdir)
@@ -1158,26 +1193,32 @@ def read_trial(unit: TraceUnit, run_key: str) -> Trial:
     """Read one trial directory into a `records.Trial` with all its episodes."""
     if unit.kind != "trial":
         raise TraceError(unit.path, f"not a trial directory ({unit.reason or unit.kind})")
+    if unit.lone:
+        with inside(Path(unit.path).parent, LONE_FOLDER):
+            return _read_trial(Path(unit.path).parent, run_key, lone=True)
     with inside(unit.path, TRIAL_FOLDER):
         return _read_trial(Path(unit.path), run_key)
 
 
-def _read_trial(d: Path, run_key: str) -> Trial:
+def _read_trial(d: Path, run_key: str, lone: bool = False) -> Trial:
+    """`lone`: `d` holds a lone trajectory.json and its sibling trajectories, and nothing of a
+    trial directory is read from it (a result.json there is not the trajectory's): a trial
+    finished, named for its folder, its agent and model from the trajectory."""
     warnings: list[str] = []
     notes: dict[str, list[Any]] = {}
     detail: dict[str, Any] = {}
 
     # ---- result.json / config.json ----
     result_path = d / "result.json"
-    complete = is_present(result_path)
+    complete = lone or is_present(result_path)
     result: dict[str, Any] = {}
     dropped: dict[str, dict[str, int]] = {}
-    if complete:
+    if complete and not lone:
         raw, dropped = load_result_json(result_path)
         result = _check_trial_result(result_path, raw)
     config_path = d / "config.json"
     config_file: dict[str, Any] | None = None
-    if is_present(config_path):
+    if not lone and is_present(config_path):
         config_file = load_json(config_path)
         if not isinstance(config_file, dict):
             raise TraceError(config_path, top_level_error(config_file))
@@ -1199,7 +1240,7 @@ def _read_trial(d: Path, run_key: str) -> Trial:
         warnings.append(_type_warning("step_results", "a list", raw_steps))
     step_results = [s for s in raw_steps if isinstance(s, dict)] if isinstance(raw_steps, list) else []
     step_by_name = {str(s.get("step_name")): s for s in step_results}
-    bases = _bases(d, step_results, detail)
+    bases = [_Base(None, d, "", lone=True)] if lone else _bases(d, step_results, detail)
     multi_step = bases[0].name is not None
 
     # ---- trajectories, episodes, verifier folders ----
@@ -1255,11 +1296,11 @@ def _read_trial(d: Path, run_key: str) -> Trial:
         detail["exception"] = exception
         if exception.get("naive_occurred_at"):
             detail["naive_timestamps"] = True  # taken as UTC, as started_at below
-    if (d / "exception.txt").is_file():
+    if not lone and (d / "exception.txt").is_file():
         detail["exception_txt"] = read_text(d / "exception.txt")
 
     # ---- the exported `result` string (§4.5) ----
-    job_value = _job_level_result(d, trial_name)
+    job_value = None if lone else _job_level_result(d, trial_name)
     result_str: str | None = None
     if job_value is not None:
         result_str = job_value[0]
@@ -1334,7 +1375,8 @@ def _read_trial(d: Path, run_key: str) -> Trial:
         detail["hub_fallbacks"] = fallbacks  # what Harbor writes in a Hub row instead of null
 
     # ---- columns: wrong JSON types are noted in field_warnings, never stored ----
-    agent = _text_field("agent_info.name", agent_info.get("name") or agent_cfg.get("name") or None, warnings)
+    agent = _text_field("agent_info.name", agent_info.get("name") or agent_cfg.get("name")
+                        or (collector.trajectory_agent if lone else None), warnings)
     agent_version = _text_field("agent_info.version", agent_info.get("version"), warnings)
     exception_type = _text_field("exception_info.exception_type", exception.get("type") if exception else None,
                                  warnings)
@@ -1368,6 +1410,8 @@ def _read_trial(d: Path, run_key: str) -> Trial:
     detail.update(notes)
     if warnings:
         detail["field_warnings"] = warnings
+    if lone:
+        detail["lone_trajectory"] = True
 
     job_id = config.get("job_id")
     return Trial(

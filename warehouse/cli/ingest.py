@@ -20,8 +20,9 @@ from warehouse.runs import parse_labels
 def ingest(
     ctx: typer.Context,
     sources: Annotated[list[str], typer.Argument(
-        help="Parquet file, Hub-snapshot folder (README.md + data/*.parquet), Hub id org/name[@rev], "
-        "or Harbor trace directory (trial, job, trace_jobs/, or a root of many).")],
+        help="Rows file (.parquet, .json list, .jsonl/.ndjson, .jsonl.gz), Hub-snapshot folder (README.md + "
+        "data/*.parquet or *.jsonl…), Hub id org/name[@rev], Harbor trace directory (trial, job, trace_jobs/, "
+        "or a root of many), or a lone ATIF trajectory.json.")],
     run: Annotated[Optional[str], typer.Option(
         "--run", help="Name the runs these rows belong to; for rows and trials whose files name no run "
         "(RL rollouts), also their run's key.")] = None,
