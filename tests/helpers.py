@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import queue
+import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +72,18 @@ def conversation_of(engine: Engine, run_key: str, trial: str, episode: int, trac
               AND e.trace_source = :ts
             ORDER BY tu.idx"""), dict(run=run_key, trial=trial, ep=episode, ts=trace_source)).all()
     return [(role, join_text(content, bytes(raw) if raw is not None else None)) for role, content, raw in rows]
+
+
+def next_line(process: subprocess.Popen, seconds: float = 60.0) -> str:
+    """The process's next line on stderr, or an AssertionError after `seconds`. Read by a thread
+    of its own (a select on the pipe would not see lines already in the reader's buffer); what
+    it has read is `process.lines.queue`, all of it once `process.reader` has ended."""
+    if not hasattr(process, "lines"):
+        process.lines = queue.Queue()
+        process.reader = threading.Thread(target=lambda: [process.lines.put(line) for line in process.stderr],
+                                          daemon=True)
+        process.reader.start()
+    try:
+        return process.lines.get(timeout=seconds)
+    except queue.Empty:
+        raise AssertionError(f"no line within {seconds:.0f} s") from None

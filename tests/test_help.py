@@ -27,6 +27,7 @@ import pytest
 
 import cli_tree
 import forked_cli
+from helpers import next_line
 
 REPO = Path(__file__).resolve().parent.parent
 LOWEST = REPO / ".ci" / "typer-lowest"
@@ -329,6 +330,9 @@ def test_every_example_runs(path, line, sample_warehouse, tmp_path):
     if line.startswith("warehouse serve"):
         _serve_example(line, tmp_path, env)
         return
+    if " --watch " in line:
+        _watch_example(line, tmp_path, env)
+        return
     done = _on_a_terminal(["bash", "-c", line], "y\n", cwd=tmp_path, env=env)
     assert done.returncode == 0, f"{line}\n{done.stderr}"
     assert "Traceback" not in done.stderr
@@ -367,6 +371,29 @@ def _serve_example(line: str, cwd: Path, env: dict[str, str]) -> None:
         proc.kill()
     assert proc.returncode == 0, f"{line}\n{''.join(said)}{rest}"
     assert rest.rstrip().endswith("Stopped.") and "Traceback" not in rest
+
+
+def _watch_example(line: str, cwd: Path, env: dict[str, str]) -> None:
+    """A watch runs until stopped: the example is started with the folder it names holding a
+    real Harbor job, must say it is watching and load the job's trials, and ends on Ctrl-C in
+    one line."""
+    folder = next(word for word in line.split()[3:] if not word.startswith("-"))
+    shutil.copytree(REPO / "tests" / "fixtures" / "harbor" / "jobs", cwd / folder)
+    proc = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = [next_line(proc)]
+        assert said[0].startswith("watching "), f"{line}: {said[0]}"
+        while not said[-1].startswith("loaded:"):
+            said.append(next_line(proc))
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        proc.reader.join(5)
+        rest = "".join(proc.lines.queue)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, f"{line}\n{''.join(said)}{rest}"
+    assert rest.rstrip().splitlines()[-1].startswith("Stopped: ") and "Traceback" not in rest, rest
 
 
 # --- notes on stderr ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, text
 
 import canonical
 from conftest import another_warehouse
-from helpers import hub_row, write_shard
+from helpers import hub_row, next_line, write_shard
 from ingest.pipeline import ingest
 from trace_trees import make_trace_tree
 from warehouse import Warehouse
@@ -347,22 +347,6 @@ def test_a_lost_postgresql_connection_is_waited_out(finished, tmp_path, request)
         next(maker, None)
 
 
-def _line(process: subprocess.Popen, seconds: float = CAUGHT_UP) -> str:
-    """The process's next line on stderr, or an AssertionError after `seconds` (read by a thread
-    of its own: a select on the pipe would not see lines already in the reader's buffer)."""
-    import queue
-
-    if not hasattr(process, "lines"):
-        process.lines = queue.Queue()
-        process.reader = threading.Thread(target=lambda: [process.lines.put(line) for line in process.stderr],
-                                          daemon=True)
-        process.reader.start()
-    try:
-        return process.lines.get(timeout=seconds)
-    except queue.Empty:
-        raise AssertionError(f"no line within {seconds:.0f} s") from None
-
-
 def _cli(db: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "warehouse", "--db", db, "ingest", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -374,9 +358,9 @@ def test_the_command_says_each_event_and_ends_in_one_line(db_url, finished, tmp_
     watched.mkdir()
     process = _cli(db_url, "--watch", "--settle", "0.2", str(watched))
     try:
-        assert _line(process).startswith(f"watching {watched} (change notices)")
+        assert next_line(process).startswith(f"watching {watched} (change notices)")
         shutil.copytree(finished / "rl-sweep", watched / "rl-sweep")
-        lines = [_line(process), _line(process)]
+        lines = [next_line(process), next_line(process)]
         assert all(line.startswith(f"loaded: {watched}/rl-sweep/trace_jobs/math-") for line in lines), lines
         process.send_signal(stop)
         process.wait(timeout=30)
