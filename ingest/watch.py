@@ -307,15 +307,15 @@ class Watch:
                 continue
             if now == before:
                 continue
+            counts = _job_counts(job_dir)  # shown as it is now: a running job's file never settles
+            if counts is not None:
+                self.totals.jobs[job_dir] = counts
             if not self._settled(job_dir, now, time.time()):
                 self._jobs_waiting = True
                 continue
             trials = [u for u in self._units.values() if u.trial is not None and u.trial.job_dir == job_dir]
             if not trials:
                 continue
-            counts = _job_counts(job_dir)
-            if counts is not None:
-                self.totals.jobs[job_dir] = counts
             self._waiting.update(u.path for u in trials if u.done is not None and u.done[1] != _job_result(u.trial))
             errors: list[str] = []
             summary = Summary()

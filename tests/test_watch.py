@@ -388,3 +388,49 @@ def test_a_bad_interval_is_one_line(tmp_path, value):
     _, err = process.communicate(timeout=60)
     assert len(err.splitlines()) == 1 and "poll must be above 0 and at most 3600 seconds" in err, err
     assert process.returncode != 0
+
+
+def test_on_a_terminal_one_line_shows_each_jobs_trials_done(db_url, finished, tmp_path):
+    """The line redrawn on a terminal counts what was loaded and each job's trials done of its
+    total, as its result.json says them; the end is one line below it."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 160, 0, 0))
+    process = subprocess.Popen([sys.executable, "-m", "warehouse", "--db", db_url, "ingest", "--watch", "--settle",
+                                "0.2", str(watched)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=slave)
+    os.close(slave)
+    screen = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed its end
+                return
+            if not chunk:
+                return
+            screen.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        _wait_for(lambda: b"watching" in screen, "the watch following the folder")
+        write_in_stages(finished, watched)
+        _wait_for(lambda: b"job-a 8/8 trials done" in screen and b"10 loaded" in screen, "every trial counted")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+        reader.join(5)
+    finally:
+        process.kill()
+        os.close(master)
+    lines = screen.decode().replace("\r\n", "\n").split("\n")
+    assert lines[-2].startswith("Stopped: 10 units loaded, 0 failed") and lines[-1] == ""
+    frames = [part.split("\x1b[K")[0] for part in screen.decode().split("\r") if part.startswith("watching ")]
+    assert frames and all(len(frame) < 160 for frame in frames)
