@@ -11,6 +11,7 @@ create databases; each measurement gets a fresh database.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -78,6 +79,23 @@ def _fresh_postgres(admin_url: str):
     engine = make_engine(resolve_url(url.render_as_string(hide_password=False)))
     schema.upgrade(engine)
     return engine, name, admin
+
+
+@contextlib.contextmanager
+def fresh_warehouse_url(work: Path, name: str, pg: str | None):
+    """The URL of a new, empty place for a warehouse: the SQLite file work/name (any old one
+    removed), or with `pg` (an admin URL) a new PostgreSQL database, dropped after."""
+    if pg is None:
+        _remove_sqlite(work / name)
+        yield str(work / name)
+        return
+    engine, made, admin = _fresh_postgres(pg)
+    url = engine.url.render_as_string(hide_password=False)
+    engine.dispose()
+    try:
+        yield url
+    finally:
+        _drop_postgres(admin, made)
 
 
 def _drop_postgres(admin: str, name: str) -> None:

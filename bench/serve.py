@@ -35,7 +35,7 @@ _SERVING = re.compile(r" at (http://\S+/) \(read-only")
 
 
 def results(data: dict[str, Path], work: Path, args) -> list[tuple[str, str, str, str]]:
-    from bench.run import _drop_postgres, _fresh_postgres, _remove_sqlite, warehouse_command
+    from bench.run import fresh_warehouse_url, warehouse_command
     from tools.long_trial import write_trial
 
     long_job = work / "serve-long" / f"long-{LONG_STEPS}-steps"
@@ -45,15 +45,7 @@ def results(data: dict[str, Path], work: Path, args) -> list[tuple[str, str, str
     rows: list[tuple[str, str, str, str]] = []
     targets = [("SQLite", None)] + ([("PostgreSQL", args.pg)] if args.pg else [])
     for backend, pg in targets:
-        made = admin = None
-        if pg is None:
-            url = str(work / "serve.db")
-            _remove_sqlite(Path(url))
-        else:
-            engine, made, admin = _fresh_postgres(pg)
-            url = engine.url.render_as_string(hide_password=False)
-            engine.dispose()
-        try:
+        with fresh_warehouse_url(work, "serve.db", pg) as url:
             for source in (data["math-x5"], long_job):
                 print(f"  serve: ingest {source.name} → {backend}", file=sys.stderr)
                 subprocess.run(warehouse_command("--db", url, "ingest", str(source)), check=True,
@@ -69,9 +61,6 @@ def results(data: dict[str, Path], work: Path, args) -> list[tuple[str, str, str
             rows.append((f"serve: warehouse index build ({backend}, math×5), whole process", f"{built:.1f} s", "",
                          "once, before the indexed searches below"))
             timed.update(_measure(serve, {f"{label}, indexed": path for label, path in searches.items()}, rounds))
-        finally:
-            if made is not None:
-                _drop_postgres(admin, made)
         for label, (status, wall, server, failed) in timed.items():
             bar = LONG_BAR_MS if label.startswith("trial of") else BAR_MS
             name = f"serve: {label} ({backend}, math×5)"

@@ -27,39 +27,21 @@ SETTLES = (None, 0.1)  # the command's default (0.5 s), and a short one: what se
 
 
 def results(data: dict[str, Path], work: Path, args) -> list[tuple[str, str, str, str]]:
-    from bench.run import _drop_postgres, _fresh_postgres, _remove_sqlite
+    from bench.run import fresh_warehouse_url
+    from bench.serve import _p95
 
     rows = []
     targets = [("SQLite", None)] + ([("PostgreSQL", args.pg)] if args.pg else [])
     for backend, pg in targets:
         for settle in SETTLES:  # each into a new warehouse
-            made = admin = None
-            if pg is None:
-                url = str(work / "watch.db")
-                _remove_sqlite(Path(url))
-            else:
-                engine, made, admin = _fresh_postgres(pg)
-                url = engine.url.render_as_string(hide_password=False)
-                engine.dispose()
-            try:
+            with fresh_warehouse_url(work, "watch.db", pg) as url:
                 delays, missed = _measure(url, work / "watch-job", settle)
-            finally:
-                if made is not None:
-                    _drop_postgres(admin, made)
             rows.append((f"watch: result.json written → trial answers a query ({backend}, "
                          f"{TRIALS_PER_SECOND:g} trials/s, --settle {settle or 0.5:g})",
                          f"{statistics.median(delays) * 1000:.0f} ms, p95 {_p95(delays) * 1000:.0f} ms",
                          f"{len(delays)} trials", f"max {max(delays) * 1000:.0f} ms"
                          + (f"; {missed} never seen" if missed else "")))
     return rows
-
-
-def _p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    rank = 0.95 * (len(ordered) - 1)
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def _measure(url: str, folder: Path, settle: float | None) -> tuple[list[float], int]:

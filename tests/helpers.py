@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import threading
@@ -87,3 +88,23 @@ def next_line(process: subprocess.Popen, seconds: float = 60.0) -> str:
         return process.lines.get(timeout=seconds)
     except queue.Empty:
         raise AssertionError(f"no line within {seconds:.0f} s") from None
+
+
+def read_terminal(master: int) -> tuple[threading.Thread, bytearray]:
+    """A thread reading what is written to a pseudo-terminal (its `master` end) into the
+    bytearray it returns beside it, until the other end closes."""
+    screen = bytearray()
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the terminal's other end closed
+                return
+            if not chunk:
+                return
+            screen.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    return reader, screen

@@ -221,7 +221,8 @@ def on_terminal(db_url, tmp_path, *args, pager: str | None = "record", env: dict
     import pty
     import subprocess
     import sys
-    import threading
+
+    from helpers import read_terminal
 
     script = tmp_path / "pager.sh"
     paged = tmp_path / "paged"
@@ -234,20 +235,7 @@ def on_terminal(db_url, tmp_path, *args, pager: str | None = "record", env: dict
         child_env["PAGER"] = str(script) if pager in ("record", "quit") else pager
     child_env.update(env or {})
     master, slave = pty.openpty()
-    screen = bytearray()
-
-    def drain():
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # the terminal's other end closed
-                return
-            if not chunk:
-                return
-            screen.extend(chunk)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
+    reader, screen = read_terminal(master)
     proc = subprocess.run([sys.executable, "-m", "warehouse", "--db", db_url, "show", *args], stdout=slave,
                           stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=child_env, timeout=120)
     os.close(slave)

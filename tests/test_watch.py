@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, text
 
 import canonical
 from conftest import another_warehouse
-from helpers import hub_row, next_line, write_shard
+from helpers import hub_row, next_line, read_terminal, write_shard
 from ingest.pipeline import ingest
 from trace_trees import make_trace_tree
 from warehouse import Warehouse
@@ -406,20 +406,7 @@ def test_on_a_terminal_one_line_shows_each_jobs_trials_done(db_url, finished, tm
                                 "0.2", str(watched)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=slave)
     os.close(slave)
-    screen = bytearray()
-
-    def read() -> None:
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the child closed its end
-                return
-            if not chunk:
-                return
-            screen.extend(chunk)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    reader, screen = read_terminal(master)
     try:
         _wait_for(lambda: b"watching" in screen, "the watch following the folder")
         write_in_stages(finished, watched)
