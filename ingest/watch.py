@@ -94,6 +94,7 @@ class Watch:
         self._jobs_waiting = False  # a job's files changed, not settled yet (or not readable)
         self._job_retries: dict[Path, int] = {}  # looks at a job whose files did not read
         self._seen: dict[Path, tuple[tuple, float]] = {}  # a unit's (or job's) signature, and since when
+        self._said: set[str] = set()  # sources that could not be resolved, said once each
         self._stop = threading.Event()
         self._statistics_at = 0.0
         self._changed = False  # units loaded since the statistics were last refreshed
@@ -165,8 +166,11 @@ class Watch:
         for spec in self.specs:
             try:
                 source = resolve(spec)
-            except WarehouseError as exc:
-                self._say("failed", str(exc))
+            except WarehouseError as exc:  # said once, not at every look (a dataset's bad card)
+                if str(exc) not in self._said:
+                    self._said.add(str(exc))
+                    self.totals.failed += 1
+                    self._say("failed", str(exc))
                 continue
             if source.kind == "traces":
                 found = [_Unit(source, unit) for unit in traces.discover(source.root)]

@@ -254,6 +254,24 @@ def test_a_job_file_caught_mid_write_is_tried_again_not_reported(db_url, finishe
         watch.stop()
 
 
+def test_a_source_that_cannot_be_read_is_said_once(db_url, tmp_path):
+    """A dataset whose card cannot be read fails at every look the watch takes of it: it is
+    said once, not at every new file."""
+    dataset = tmp_path / "dataset"
+    (dataset / "data").mkdir(parents=True)
+    (dataset / "README.md").write_text("---\nwarehouse_labels: " + "[" * 150 + "]" * 150 + "\n---\n")
+    write_shard(dataset / "data" / "train-00000.parquet", [hub_row("t0", 0, [("user", "q")])])
+    watch = Watching(db_url, dataset)
+    try:
+        _wait_for(lambda: watch.kinds("failed"), "the source's failure said")
+        for i in range(3):  # each a notice, and a new look at the source
+            (dataset / f"note-{i}.txt").write_text("x")
+            time.sleep(0.5)
+        assert len(watch.kinds("failed")) == 1 and "nested more than 100 levels" in watch.kinds("failed")[0]
+    finally:
+        watch.stop()
+
+
 class Outage:
     """A TCP relay to the PostgreSQL server that can go down as a restarting server does, from
     the client's side: every connection through it cut, new ones refused, until it comes back
