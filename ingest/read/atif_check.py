@@ -171,6 +171,20 @@ class _Checker:
     def extra(self, parent, path, step) -> None:
         self.object(parent, "extra", path, step)
 
+    def objects(self, value: Any, where: str, step: int | None) -> list[tuple[str, dict[str, Any]]]:
+        """A list's objects with their paths (`where[n]`); a problem for a value that is not a
+        list and for each item that is not an object."""
+        if not isinstance(value, list):
+            self.problem(step, where, "expected a list")
+            return []
+        out = []
+        for n, item in enumerate(value):
+            if isinstance(item, dict):
+                out.append((f"{where}[{n}]", item))
+            else:
+                self.problem(step, f"{where}[{n}]", "expected an object")
+        return out
+
     # ---- the models ----
 
     def _version(self) -> None:
@@ -211,12 +225,7 @@ class _Checker:
             self.extra(final, "final_metrics", None)
         subs = data.get("subagent_trajectories")
         if subs is not None and self.minor >= 7:
-            if not isinstance(subs, list):
-                self.problem(None, "subagent_trajectories", "expected a list")
-            else:
-                for i, sub in enumerate(subs):
-                    if not isinstance(sub, dict):
-                        self.problem(None, f"subagent_trajectories[{i}]", "expected an object")
+            self.objects(subs, "subagent_trajectories", None)  # each checked as a trajectory of its own
         self._steps()
 
     def _agent(self, agent: dict[str, Any]) -> None:
@@ -227,12 +236,7 @@ class _Checker:
         self.extra(agent, "agent", None)
         tools = agent.get("tool_definitions")
         if tools is not None and self.minor >= 5:
-            if not isinstance(tools, list):
-                self.problem(None, "agent.tool_definitions", "expected a list")
-            else:
-                for i, tool in enumerate(tools):
-                    if not isinstance(tool, dict):
-                        self.problem(None, f"agent.tool_definitions[{i}]", "expected an object")
+            self.objects(tools, "agent.tool_definitions", None)
 
     def _steps(self) -> None:
         if "steps" not in self.data:
@@ -335,14 +339,7 @@ class _Checker:
         ids: set[str] = set()
         if calls is None:
             return ids
-        if not isinstance(calls, list):
-            self.problem(i, f"{path}.tool_calls", "expected a list")
-            return ids
-        for n, call in enumerate(calls):
-            where = f"{path}.tool_calls[{n}]"
-            if not isinstance(call, dict):
-                self.problem(i, where, "expected an object")
-                continue
+        for where, call in self.objects(calls, f"{path}.tool_calls", i):
             self.fields(call, _TOOL_CALL, where, i)
             self.string(call, "tool_call_id", where, i, required=True)
             self.string(call, "function_name", where, i, required=True)
@@ -359,14 +356,7 @@ class _Checker:
         if "results" not in observation:
             self.problem(i, f"{path}.results", "missing")
             return
-        if not isinstance(results, list):
-            self.problem(i, f"{path}.results", "expected a list")
-            return
-        for n, result in enumerate(results):
-            where = f"{path}.results[{n}]"
-            if not isinstance(result, dict):
-                self.problem(i, where, "expected an object")
-                continue
+        for where, result in self.objects(results, f"{path}.results", i):
             self.fields(result, _RESULT, where, i)
             call_id = result.get("source_call_id")
             if isinstance(call_id, str):
