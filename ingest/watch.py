@@ -16,6 +16,7 @@ tried again after a back-off, until the server answers."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -30,6 +31,7 @@ from ingest.process.worker import Reader
 from ingest.read import traces
 from ingest.read.sources import Source, resolve
 from ingest.report import CONNECTION_LOST, IngestStopped, Summary
+from ingest.write.writer import job_progress
 from warehouse.errors import WarehouseError
 
 SETTLE_SECONDS = 0.5  # a unit's files unchanged this long before it is read
@@ -41,13 +43,26 @@ JOB_RETRIES = 20  # a unit failing on its job's files, tried again (a look apart
 
 
 @dataclass
+class Totals:
+    """What the watch has done so far: units loaded, skipped (already loaded) and failed, and
+    each job's (trials done, its total) as its result.json says them."""
+
+    loaded: int = 0
+    skipped: int = 0
+    failed: int = 0
+    trials: int = 0
+    incomplete: int = 0
+    jobs: dict[Path, tuple[int | None, int | None]] = field(default_factory=dict)
+
+
+@dataclass
 class Event:
     """What the watch tells its caller, one per unit loaded, failed or removed, and per state."""
 
     kind: str  # "watching" (once, first) | "loaded" | "failed" | "skipped" | "waiting" | "reconnected"
     text: str
+    totals: Totals  # as they are after it
     summary: Summary | None = None  # of the unit's load
-    jobs: dict[Path, tuple[int | None, int | None]] = field(default_factory=dict)  # Totals.jobs
 
 
 @dataclass
@@ -64,27 +79,16 @@ class _Unit:
         return self.trial.path if self.trial is not None else self.shard
 
 
-@dataclass
-class Totals:
-    loaded: int = 0
-    skipped: int = 0
-    failed: int = 0
-    trials: int = 0
-    incomplete: int = 0
-    jobs: dict[Path, tuple[int | None, int | None]] = field(default_factory=dict)  # done, total
-
-
 class Watch:
     def __init__(self, engine: Engine, specs: list[str], *, run: str | None = None,
                  labels: dict[str, str] | None = None, keep_going: bool = False, running: bool = False,
                  poll: float | None = None, settle: float = SETTLE_SECONDS,
-                 on_event: Callable[[Event], None] = lambda _event: None,
-                 warn: Callable[[str], None] = lambda _msg: None) -> None:
+                 on_event: Callable[[Event], None] = lambda _event: None) -> None:
         self.engine = engine
         self.specs = specs
         self.run_name, self.labels, self.keep_going, self.running = run, labels, keep_going, running
         self.poll, self.settle = poll, settle
-        self.on_event, self.warn = on_event, warn
+        self.on_event = on_event
         self.totals = Totals()
         self._units: dict[Path, _Unit] = {}
         self._dirty: set[Path] = set()  # units a notice named since they were last looked at
@@ -233,7 +237,7 @@ class Watch:
             self._say("failed", f"{unit.trial.path}: {unit.trial.reason}")
             return
         plan = (unit.source, [unit.trial] if unit.trial is not None else [])
-        for attempt in range(1 << 30):
+        for attempt in itertools.count():
             errors: list[str] = []
             summary = pipeline.load(self.engine, [plan], run=self.run_name, labels=self.labels,
                                     keep_going=self.keep_going, warn=errors.append, reader=self._reader,
@@ -336,6 +340,7 @@ class Watch:
             self._job_retries.pop(job_dir, None)
             self._jobs[job_dir] = now
             self._changed |= bool(summary.units_loaded)
+            self.totals.failed += bool(errors)
             for message in errors:
                 self._say("failed", message, summary)
 
@@ -346,7 +351,7 @@ class Watch:
             pipeline.refresh_statistics(self.engine, Summary())
 
     def _say(self, kind: str, text: str, summary: Summary | None = None) -> None:
-        self.on_event(Event(kind, text, summary, dict(self.totals.jobs)))
+        self.on_event(Event(kind, text, replace(self.totals, jobs=dict(self.totals.jobs)), summary))
 
 
 def _signature(*paths: Path) -> tuple:
@@ -387,17 +392,15 @@ def _job_result(unit: traces.TraceUnit):
         return None
 
 
-def _job_counts(job_dir: Path) -> tuple[int | None, int | None] | None:
-    """(trials done, the job's total) from its result.json, when Harbor writes them."""
+def _job_counts(job_dir: Path) -> tuple[int, int | None] | None:
+    """(trials done, the job's total) from its result.json, as far as Harbor writes them."""
     try:
         job = traces.read_job(job_dir)
     except (OSError, traces.TraceError):
         return None
     detail = (job.detail if job is not None else None) or {}
-    done = [detail.get(k) for k in ("n_completed_trials", "n_errored_trials")]
     total = detail.get("n_total_trials")
-    return (sum(n for n in done if isinstance(n, int)) if any(isinstance(n, int) for n in done) else None,
-            total if isinstance(total, int) else None)
+    return job_progress(detail)[1], total if isinstance(total, int) else None
 
 
 def sources_of(specs: Iterable[str]) -> list[str]:

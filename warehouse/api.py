@@ -217,7 +217,6 @@ class Warehouse:
         none); `label` gives them labels: "key=value", several, or a dict."""
         from ingest.pipeline import ingest
         from ingest.report import Progress
-        from warehouse.runs import label_pairs
 
         specs = check.paths(sources, "sources")
         check.optional_text(run, "run")
@@ -225,18 +224,8 @@ class Warehouse:
         check.flag(keep_going, "keep_going")
         check.implements(progress, Progress, "progress")
         check.optional_callable(warn, "warn")
-        # Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
-        # system allocator returns them, which keeps the process's memory flat. Arrow reads this
-        # when it first allocates (it is imported only once a shard needs reading).
-        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-        labels = dict(label_pairs(label))  # a key given twice keeps its last value
-        engine = self.write_engine(create=True)
         with _errors():
-            if run is not None:  # a name that would shadow another run: refused before anything is written
-                from warehouse.runs import check_name
-
-                with engine.connect() as conn:
-                    check_name(conn, str(run))
+            engine, labels = self._ingest_target(run, label)
             report = ingest(engine, specs, run=run, labels=labels, keep_going=keep_going, progress=progress,
                             warn=warn or (lambda _msg: None))
         report.database = self.name
@@ -260,7 +249,6 @@ class Warehouse:
 
         from ingest.read import limits
         from ingest.watch import SETTLE_SECONDS, Watch, sources_of
-        from warehouse.runs import label_pairs
 
         specs = check.paths(sources, "sources")
         check.optional_text(run, "run")
@@ -269,21 +257,33 @@ class Warehouse:
         check.flag(running, "running")
         poll, settle = check.optional_seconds(poll, "poll"), check.optional_seconds(settle, "settle")
         check.optional_callable(on_event, "on_event")
-        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # (as ingest: flat memory)
         with _errors():
             limits.check()
-            specs = sources_of(specs)
-            labels = dict(label_pairs(label))
-            engine = self.write_engine(create=True)
-            if run is not None:
-                from warehouse.runs import check_name
-
-                with engine.connect() as conn:
-                    check_name(conn, str(run))
+            specs = sources_of(specs)  # (before the warehouse is made: a mistyped folder makes none)
+            engine, labels = self._ingest_target(run, label)
             watcher = Watch(engine, specs, run=run, labels=labels, keep_going=keep_going, running=running,
                             poll=poll, settle=SETTLE_SECONDS if settle is None else settle,
                             on_event=on_event or (lambda _event: None))
             return watcher.run(stop if stop is not None else threading.Event())
+
+    def _ingest_target(self, run: str | None, label: Any) -> tuple[Engine, dict[str, str]]:
+        """What an ingest or a watch writes through, its arguments checked: the write engine
+        (the warehouse made if missing) and the labels as a dict. `run`, a name that would
+        shadow another run, is refused here, before anything is written."""
+        from warehouse.runs import label_pairs
+
+        # Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
+        # system allocator returns them, which keeps the process's memory flat. Arrow reads this
+        # when it first allocates (it is imported only once a shard needs reading).
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+        labels = dict(label_pairs(label))  # a key given twice keeps its last value
+        engine = self.write_engine(create=True)
+        if run is not None:
+            from warehouse.runs import check_name
+
+            with engine.connect() as conn:
+                check_name(conn, str(run))
+        return engine, labels
 
     # --- reading ---------------------------------------------------------------------------------
 

@@ -311,7 +311,7 @@ class UnitWriter:
 
     def add_runs(self, runs: list[Run]) -> None:
         """Run-level facts (a job's config and result): fill what is not known yet; facts read
-        while the job ran are replaced by a reading of it further on (see _job_progress)."""
+        while the job ran are replaced by a reading of it further on (see job_progress)."""
         self._ensure_runs([r.run_key for r in runs], {r.run_key: r.name for r in runs if r.name})
         runs_t = T["runs"]
         for run in runs:
@@ -323,7 +323,7 @@ class UnitWriter:
                 fill = {k: v for k, v in values.items() if getattr(existing, k) is None}
                 if self._renames_run(existing, run.name):
                     fill["name"] = run.name
-                if _job_progress(run.detail) > _job_progress(existing.detail):  # (its name is the naming's)
+                if job_progress(run.detail) > job_progress(existing.detail):  # (its name is the naming's)
                     fill |= {k: v for k, v in values.items() if k != "name" and v != getattr(existing, k)}
                 if fill:
                     self.execute(update(runs_t).where(runs_t.c.id == existing.id).values(**fill))
@@ -883,7 +883,7 @@ class UnitWriter:
             self.counts.conflicts.append(f"{where}: {entity} {field_name} differs from the stored one")
 
 
-def _job_progress(detail: dict | None) -> tuple[bool, int, bool]:
+def job_progress(detail: dict | None) -> tuple[bool, int, bool]:
     """How far on a job was when its files were read (traces.read_job's detail): finished, then
     trials done, then whether it had a result.json at all. Harbor rewrites the file as the job
     goes, so the further reading is the truer one, whichever is ingested first."""

@@ -111,18 +111,18 @@ def _watch(ctx: typer.Context, sources: list[str], *, run, label, keep_going: bo
     above it); Ctrl-C or SIGTERM ends it with one line of totals."""
     what = sources[0] if len(sources) == 1 else f"{len(sources)} sources"
     line = WatchLine(sys.stderr, what) if sys.stderr.isatty() else None
-    counts = {"loaded": 0, "failed": 0, "skipped": 0}
+    totals = None  # as the last event left them
 
     def on_event(event) -> None:
-        if event.kind in counts:
-            counts[event.kind] += 1
+        nonlocal totals
+        totals = event.totals
         if line is None:
             echo_err(event.text if event.kind == "watching" else f"{event.kind}: {event.text}")
             return
         if event.kind in ("failed", "waiting", "reconnected"):
             line.clear()
             echo_err(f"{'Error' if event.kind == 'failed' else event.kind}: {event.text}")
-        line.update(counts["loaded"], counts["failed"], event.jobs, event.text if event.kind == "loaded" else None)
+        line.update(totals, event.text if event.kind == "loaded" else None)
 
     wh = state(ctx).warehouse
     try:
@@ -136,7 +136,8 @@ def _watch(ctx: typer.Context, sources: list[str], *, run, label, keep_going: bo
         if line is not None:
             line.close()
     ignore_stops()
-    echo_err(f"Stopped: {counts['loaded']} units loaded, {counts['failed']} failed, "
-             f"{counts['skipped']} unchanged; the unit being written, if any, was rolled back.")
-    if counts["failed"] and not keep_going:
+    loaded, failed, skipped = (totals.loaded, totals.failed, totals.skipped) if totals else (0, 0, 0)
+    echo_err(f"Stopped: {loaded} units loaded, {failed} failed, {skipped} unchanged; the unit being written, "
+             f"if any, was rolled back.")
+    if failed and not keep_going:
         raise typer.Exit(1)

@@ -153,11 +153,12 @@ class WatchLine:
         self._shown = False
         self._last = ""
 
-    def update(self, loaded: int, failed: int, jobs: dict, last: str | None) -> None:
-        parts = [f"watching {self._what}", f"{loaded} loaded", f"{failed} failed"]
-        for job, (done, total) in list(jobs.items())[-3:]:
+    def update(self, totals, last: str | None) -> None:
+        """`totals`: an ingest.watch.Totals (not imported: the CLI starts without the ingest modules)."""
+        parts = [f"watching {self._what}", f"{totals.loaded} loaded", f"{totals.failed} failed"]
+        for job, (done, total) in list(totals.jobs.items())[-3:]:
             if total:
-                parts.append(f"{printable(os.path.basename(job))} {done or 0}/{total} trials done")
+                parts.append(f"{printable(os.path.basename(job))} {done}/{total} trials done")
         if last:
             self._last = last
         if self._last:
