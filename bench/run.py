@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from bench import copy, long_trial, serve, watch
+from bench import copy, long_trial, scale, serve, watch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -669,9 +669,10 @@ def canned_query_results(data: dict[str, Path], work: Path, args) -> list[tuple[
 # The whole-process rows, by the name `--only` knows them by.
 WHOLE_PROCESS: dict[str, Callable] = {"startup": startup_results, "ingest": whole_ingest_results,
                                       "long": lambda data, work, args: long_trial.results(work, args)}
-# What `--only` can measure alone: those, the canned queries, the viewer's pages, db copy.
+# What `--only` can measure alone: those, the canned queries, the viewer's pages, db copy, watch
+# mode, and the ingest at 1×, 5× and 20× (scale: about 15 minutes with PostgreSQL).
 PARTS: dict[str, Callable] = {**WHOLE_PROCESS, "queries": canned_query_results, "serve": serve.results,
-                              "copy": copy.results, "watch": watch.results}
+                              "copy": copy.results, "watch": watch.results, "scale": scale.results}
 
 
 def report(results, info, args) -> None:

@@ -101,21 +101,19 @@ _TRIAL_LENGTHS = (
     # repeats the earlier ones as prefixes. Ties go to the later episode, as in
     # queries/lengths.sql. A multi-step trial's length is the sum over its steps (each step is a
     # conversation of its own); a single-step trial's is its longest main episode. The staged
-    # trials' distinct conversations drive the statement: one index walk each.
+    # trials' episodes are read once and ranked in their conversation: a correlated subquery per
+    # conversation cost PostgreSQL two scans of all episodes and an index walk of all trials
+    # per unit (0.9 s a unit at math×20, growing with the warehouse; ranked, 0.4 s).
     f"""
     INSERT INTO trial_lengths (trial_id, run_id, turns, chars, input_tokens, output_tokens)
-    SELECT tr.id, tr.run_id, sum(e.n_turns), sum(e.n_chars), tr.n_input_tokens, tr.n_output_tokens
-    FROM (SELECT DISTINCT e.trial_id, e.trace_source
+    SELECT tr.id, tr.run_id, sum(l.n_turns), sum(l.n_chars), tr.n_input_tokens, tr.n_output_tokens
+    FROM (SELECT e.trial_id, e.n_turns, e.n_chars,
+                 row_number() OVER (PARTITION BY e.trial_id, e.trace_source
+                                    ORDER BY e.n_turns DESC, e.episode_index DESC) AS place
           FROM summary_trials t CROSS JOIN episodes e
-          WHERE e.trial_id = t.trial_id AND {_OWN_TRACE}) conversation
-    CROSS JOIN episodes e
+          WHERE e.trial_id = t.trial_id AND {_OWN_TRACE}) l
     CROSS JOIN trials tr
-    WHERE e.id = (
-        SELECT longest.id FROM episodes longest
-        WHERE longest.trial_id = conversation.trial_id AND longest.trace_source = conversation.trace_source
-        ORDER BY longest.n_turns DESC, longest.episode_index DESC
-        LIMIT 1)
-      AND tr.id = conversation.trial_id
+    WHERE l.place = 1 AND tr.id = l.trial_id
     GROUP BY tr.id, tr.run_id, tr.n_input_tokens, tr.n_output_tokens
     """,
     # The trials with no conversation: their tokens only.
