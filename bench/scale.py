@@ -7,7 +7,9 @@ creates the schema too):
   (bench.least_floor), the three taking turns;
 - ours at 1×, 5× and 20× (math, math-x5 and math-x20: 15,651 / 78,255 / 313,020 trials),
   the scales taking turns: seconds, per trial, the database's size and the process's peak
-  resident memory (the reader process it forks included).
+  resident memory (the reader process it forks included);
+- on each scale's warehouse, every canned query and one ad-hoc scan over every turn, in this
+  process (execute and fetch; BENCHMARKS.md's 10⁸-turn section extrapolates from these).
 """
 
 from __future__ import annotations
@@ -133,12 +135,16 @@ def _scales(data: dict[str, Path], work: Path, pg: str | None, backend: str,
     trials = {scale: json.loads((data[name] / ".generated.json").read_text())["rows"]
               for scale, name in SCALES.items()}
     seen: dict[str, list[tuple[float, int, int]]] = {scale: [] for scale in SCALES}
+    queried: dict[str, dict[str, float]] = {}
     for i in range(repeat):
         for scale, name in SCALES.items():
             with _empty_target(work, f"scale-{name}", pg) as target:
                 print(f"  scale: ours {name} → {backend} ({i + 1}/{repeat})", file=sys.stderr)
                 seconds, rss = _run(warehouse_command("--db", target, "ingest", str(data[name])))
                 seen[scale].append((seconds, rss, _size(target)))
+                if i == repeat - 1:  # the queries, on the last round's warehouse of each scale
+                    print(f"  scale: queries on {name} → {backend}", file=sys.stderr)
+                    queried[scale] = _queries(target)
     rows = []
     first = None
     for scale, runs in seen.items():
@@ -151,7 +157,40 @@ def _scales(data: dict[str, Path], work: Path, pg: str | None, backend: str,
                      f"{seconds:.1f} s ({per_trial:.3f} ms a trial)",
                      f"{trials[scale]:,} trials; {size:,.0f} MB; peak RSS {rss:,.0f} MB",
                      f"{per_trial / first:.2f}× the per-trial cost at 1×"))
+    for name in queried["1×"]:
+        ms = {scale: queried[scale][name] for scale in SCALES}
+        rows.append((f"{name} on math 1× / 5× / 20× ({backend}), in process",
+                     " / ".join("–" if ms[scale] != ms[scale] else f"{ms[scale]:.1f}" for scale in SCALES) + " ms",
+                     "execute and fetch, median of 5 after a warm-up",
+                     f"5× → 20×: {ms['20×'] / ms['5×']:.1f}× the time for 4× the data"))
     return rows
+
+
+# A question no canned query asks, over every stored turn: what `warehouse sql` users write.
+AD_HOC_SCAN = ("SELECT ct.role, count(*) AS turns, sum(m.n_chars) AS chars FROM conversation_turns ct "
+               "JOIN messages m ON m.id = ct.message_id GROUP BY ct.role ORDER BY ct.role")
+
+
+def _queries(target: str) -> dict[str, float]:
+    """Each canned query (its default parameters; compare and compare-test on the first two
+    runs) and the ad-hoc scan, milliseconds to execute and fetch, in this process."""
+    from bench.queries import _params, median_ms
+    from warehouse.db.engine import resolve_url
+    from warehouse.queries import catalog
+    from warehouse.queries.registry import run_canned
+    from warehouse.readonly import run_readonly
+
+    url = resolve_url(target)
+    run_keys = [row[0] for row in run_canned(url, catalog.QUERIES["runs"]).rows]
+    out = {}
+    for name, query in catalog.QUERIES.items():
+        if {"a", "b"} <= {p.name for p in query.params} and len(run_keys) < 2:
+            out[f"query {name}"] = float("nan")  # math 1× holds one run: nothing to compare
+            continue
+        out[f"query {name}"] = median_ms(lambda q=query: run_canned(url, q, _params(q, run_keys)), 5)
+    out["sql: every turn's role and characters (ad hoc)"] = median_ms(
+        lambda: run_readonly(url, AD_HOC_SCAN, {}, max_rows=None, timeout=600), 5)
+    return out
 
 
 if __name__ == "__main__":
