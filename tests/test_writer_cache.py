@@ -38,3 +38,43 @@ def test_each_write_transaction_sizes_the_cache_for_the_file_as_it_is(tmp_path, 
             assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -_cache_kib(path)
     finally:
         engine.dispose()
+
+
+def test_a_first_ingest_writes_a_new_file_once_then_switches_it_to_wal(tmp_path):
+    """A new file is loaded under a rollback journal (its pages written once, no WAL to
+    checkpoint) and is in WAL mode when the ingest ends; a file that exists is written in WAL."""
+    import contextlib
+    import sqlite3
+
+    from ingest.write import writer
+    from warehouse.api import Warehouse
+
+    path = tmp_path / "new.db"
+    modes = []
+    real_unit = writer.unit
+
+    @contextlib.contextmanager
+    def watched_unit(*args, **kwargs):  # the journal each unit is written under
+        with real_unit(*args, **kwargs) as unit:
+            conn = sqlite3.connect(path)
+            modes.append(conn.execute("PRAGMA journal_mode").fetchone()[0])
+            conn.close()
+            yield unit
+
+    def ingest(source):
+        modes.clear()
+        writer.unit = watched_unit
+        try:
+            Warehouse(str(path)).ingest(source)
+        finally:
+            writer.unit = real_unit
+        return set(modes)
+
+    assert ingest("examples/sample") == {"delete"}
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT count(*) FROM trials").fetchone()[0] > 0
+    conn.close()
+    assert not (tmp_path / "new.db-journal").exists()
+    shutil.copytree("examples/sample", tmp_path / "another")  # another source: loaded again
+    assert ingest(tmp_path / "another") == {"wal"}

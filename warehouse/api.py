@@ -33,7 +33,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from warehouse import arguments as check
-from warehouse.db.engine import make_engine, make_read_engine, redact, resolve_url
+from warehouse.db.engine import first_load, make_engine, make_read_engine, redact, resolve_url
 from warehouse.errors import ArgumentValueError, WarehouseError, database_error, first_line, interruption
 from warehouse.readonly import DEFAULT_MAX_ROW_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_VALUE_BYTES, DEFAULT_TIMEOUT
 
@@ -224,7 +224,7 @@ class Warehouse:
         check.flag(keep_going, "keep_going")
         check.implements(progress, Progress, "progress")
         check.optional_callable(warn, "warn")
-        with _errors():
+        with _errors(), first_load(self.engine):
             engine, labels = self._ingest_target(run, label)
             report = ingest(engine, specs, run=run, labels=labels, keep_going=keep_going, progress=progress,
                             warn=warn or (lambda _msg: None))

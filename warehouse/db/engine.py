@@ -5,17 +5,19 @@ to."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import sqlite3
 import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from warehouse.db import DEFAULT_DB, ENV_VAR  # noqa: F401  (ENV_VAR: part of this module's interface)
 from warehouse.db.stored import StoredJson, StoredTime, stored
@@ -121,6 +123,40 @@ def make_engine(url: URL, *, for_migrations: bool = False) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+# SQLite files a first ingest of this process is creating (first_load): written under a rollback
+# journal, switched to WAL when it ends.
+_FIRST_LOADS: set[Path] = set()
+
+
+@contextlib.contextmanager
+def first_load(engine: Engine) -> Iterator[None]:
+    """Around the ingest that creates a SQLite file: its pages are written once, into the file,
+    under a rollback journal (which a new file's pages never enter), as any loader writes a new
+    file; WAL would write each page twice, to the log and then, at the checkpoint, to the file
+    (on the math profile, the ingest's whole write again). When it ends the file is switched to
+    WAL, which readers beside later writers need; should another process hold the file then, its
+    next writer switches it. A crash meanwhile leaves the journal, which the next writer rolls
+    back, so no half unit is ever read. Anything else: no-op."""
+    path = sqlite_path(engine.url)
+    if path is None or path.exists():
+        yield
+        return
+    path = path.resolve()
+    _FIRST_LOADS.add(path)
+    try:
+        yield
+    finally:
+        _FIRST_LOADS.discard(path)
+        if path.exists():
+            engine.dispose()  # its connections were opened under the rollback journal
+            try:
+                with engine.connect():  # _on_connect switches the file to WAL
+                    pass
+            except DBAPIError:
+                pass  # held by another process all along: its next writer switches it
+            engine.dispose()
+
+
 def _cache_kib(path: Path | None) -> int:
     """The writer's page cache for this file: a thirty-second of its size, at least
     SQLITE_CACHE_KIB, at most SQLITE_CACHE_MAX_KIB. Dedup looks every message up by its hash, a
@@ -157,7 +193,8 @@ def _sqlite_engine(url: URL, for_migrations: bool) -> Engine:
         # WAL lets readers work while an ingest writes; NORMAL is durable across application
         # crashes (the only kind the ledger must survive) and much faster than FULL.
         try:
-            _switch_to_wal(cur)
+            if path is None or path.resolve() not in _FIRST_LOADS:
+                _switch_to_wal(cur)
         except sqlite3.DatabaseError as exc:
             if "not a database" in str(exc):
                 raise _unreadable(path, exc) from None
