@@ -256,6 +256,51 @@ def _assert_same_but_orphans(got: dict, want: dict) -> None:
     assert set(want["messages"]) <= set(got["messages"])
 
 
+def test_views_sql_reads_the_manifests_files_in_duckdb(engine, tmp_path):
+    """views.sql lists the manifest's files (a later sync's leftovers are not read), and gives
+    each table and view what the warehouse gives, after an incremental sync."""
+    import duckdb
+
+    query_fixture.build(engine)
+    out = tmp_path / "lake"
+    sync_lake(engine, out)
+    ingest(engine, [str(SAMPLE)])
+    sync_lake(engine, out)
+    stray = out / "trials" / "run_id=1" / "part-s9-00000.parquet"  # as a sync in progress leaves it
+    stray.write_bytes((out / manifest(out)["files"][0]["path"]).read_bytes())
+    duck = duckdb.connect()
+    duck.execute(f"SET file_search_path = '{out}'")
+    duck.execute((out / "views.sql").read_text(encoding="utf-8"))
+    with engine.connect() as conn:
+        for name in [*ALL_TABLES, "turns", "trial_summary"]:
+            want = conn.execute(text(f"SELECT count(*) FROM {name}")).scalar_one()
+            assert duck.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == want, name
+
+
+def test_a_pyarrow_file_system_other_than_the_local_one(engine, tmp_path):
+    """An object store's way (fsspec's in-memory file system through pyarrow): whole-file puts,
+    the manifest one PUT; its files, read back, hold what export tables writes."""
+    import fsspec
+    import pyarrow.fs as pafs
+
+    memory = fsspec.filesystem("memory")
+    memory.store.clear()
+    fs = pafs.PyFileSystem(pafs.FSSpecHandler(memory))
+    query_fixture.build(engine)
+    first = sync_lake(engine, "/bucket/lake", filesystem=fs)
+    ingest(engine, [str(SAMPLE)])
+    second = sync_lake(engine, "/bucket/lake", filesystem=fs)
+    assert first.sync == 1 and second.sync == 2 and len(second.runs_new) == 2 and second.runs_unchanged == 3
+    copy = tmp_path / "copy"  # the bucket's objects, copied down as they are
+    for path in memory.find("/bucket/lake"):
+        target = copy / path.removeprefix("/bucket/lake/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(memory.cat_file(path))
+    assert_manifest_true(copy)
+    assert lake_rows(copy) == export_rows(engine, tmp_path / "export")
+    memory.store.clear()
+
+
 # --- the order law -----------------------------------------------------------------------------
 
 # Provenance aside: when rows were made, when units loaded, by which code.
@@ -292,9 +337,10 @@ def test_syncing_a_then_b_is_syncing_both_once(engine, backend, tmp_path, reques
 
 # --- a killed sync -----------------------------------------------------------------------------
 
-KILL = {  # where the sync is killed: after its first data files, or with its new manifest half-made
+KILL = {  # where the sync is killed: after its first data files, or with its new manifest written to
+    # its temporary file (views.sql, replaced first, already new)
     "writing files": ("warehouse.lake.sync", "write_parts", 3),
-    "replacing the manifest": ("os", "replace", 1),
+    "replacing the manifest": ("os", "replace", 2),
 }
 
 
@@ -333,7 +379,7 @@ def test_a_killed_sync_leaves_the_last_good_lake(db_url, engine, tmp_path, where
     info = sync_lake(engine, out)  # the next sync cleans up and completes
     assert info.sync == 2 and len(info.runs_new) == 2
     assert set(stamps(out)) == {e["path"] for e in manifest(out)["files"]}
-    assert not (out / "manifest.json.tmp").exists()
+    assert not (out / "manifest.json.tmp").exists() and not (out / "views.sql.tmp").exists()
     assert lake_rows(out) == export_rows(engine, tmp_path / "export")
 
 

@@ -100,9 +100,9 @@ def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -
                            info, name, keep_empty=True)
             else:  # runs, tasks, sources, loads, conflicts, messages, and any table added later
                 _write(conn, shared_query(name), folder, info, name, keep_empty=True)
-        views = _view_definitions(conn)
+        views = view_definitions(conn)
         info.views = list(views)
-        (staging / VIEWS_SQL).write_text(_views_sql(views), encoding="utf-8")
+        (staging / VIEWS_SQL).write_text(views_sql(views), encoding="utf-8")
         _write_readme(staging / "README.md", info)
     return info
 
@@ -110,7 +110,7 @@ def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -
 # --- the views -----------------------------------------------------------------------------
 
 
-def _view_definitions(conn: Connection) -> dict[str, str]:
+def view_definitions(conn: Connection) -> dict[str, str]:
     """Each view of the warehouse, its SELECT as the database holds it (so any view a later
     revision adds or changes is written as it is), a view after the views it reads."""
     inspector = inspect(conn)
@@ -126,18 +126,22 @@ def _view_definitions(conn: Connection) -> dict[str, str]:
     return ordered
 
 
-def _table_source(name: str) -> str:
-    """DuckDB's reading of a table's files, relative to OUT."""
-    if name in RUN_SCOPED:
-        return f"read_parquet('{name}/*/*.parquet', hive_partitioning = true)"
-    return f"read_parquet('{name}/*.parquet')"
+def _table_source(name: str, files: list[str] | None = None) -> str:
+    """DuckDB's reading of a table's files, relative to OUT: its folder's, or those listed."""
+    where = f"'{name}/*/*.parquet'" if name in RUN_SCOPED else f"'{name}/*.parquet'"
+    if files is not None:
+        where = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
+    return f"read_parquet({where}, hive_partitioning = true)" if name in RUN_SCOPED else f"read_parquet({where})"
 
 
-def _views_sql(views: dict[str, str]) -> str:
-    """views.sql: every table as a view over its files, then the warehouse's views over those."""
-    tables = "\n".join(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {_table_source(name)};" for name in TABLES)
+def views_sql(views: dict[str, str], files: dict[str, list[str]] | None = None,
+              by: str = "warehouse export tables") -> str:
+    """views.sql: every table as a view over its files (its folder's, or those `files` lists for
+    it: a lake's manifest), then the warehouse's views over those."""
+    tables = "\n".join(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM "
+                       f"{_table_source(name, None if files is None else files[name])};" for name in TABLES)
     defined = "\n\n".join(f"CREATE OR REPLACE VIEW {name} AS\n{select};" for name, select in views.items())
-    return f"""-- The warehouse's tables and views over this export, for DuckDB (written by `warehouse export tables`).
+    return f"""-- The warehouse's tables and views over this export, for DuckDB (written by `{by}`).
 -- Its paths are relative to this folder: run it here (`duckdb wh.duckdb < views.sql`; in Python
 -- `duckdb.connect().execute(open("views.sql").read())`), or first `SET file_search_path = 'OUT'`.
 -- A DuckDB database keeps the views, which read the files again at each query.

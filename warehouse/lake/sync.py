@@ -71,18 +71,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 from sqlalchemy import Connection, Engine, func, select
 
 from warehouse.db.copy import snapshot
 from warehouse.errors import WarehouseError, first_line
-from warehouse.export_tables import EMPTY_PARTITION, PARTITION, RUN_SCOPED, TABLES, Part, run_query, shared_query, write_parts
+from warehouse.export_tables import (
+    EMPTY_PARTITION, PARTITION, RUN_SCOPED, TABLES, VIEWS_SQL, Part, run_query, shared_query, view_definitions, views_sql,
+    write_parts,
+)
 from warehouse.lake.layout import FORMAT, MANIFEST, read_manifest
 from warehouse.outdir import check_parent
 
 VERSION = 1
 LOCK = ".lake-sync.lock"
-_TMP = MANIFEST + ".tmp"
+TMP = ".tmp"  # a file being replaced locally: NAME.tmp, then os.replace
+# What a sync writes at OUT's top, beside the table folders.
+_TOP = {LOCK, MANIFEST + TMP, VIEWS_SQL, VIEWS_SQL + TMP}
 # Summaries with a run_id column, kept per run: written with their run, one file per run.
 PER_RUN = {"trial_lengths", "run_task_breakdown", "run_task_outcomes"}
 INCREMENTAL = "messages"
@@ -165,7 +171,7 @@ def open_lake(out: str | os.PathLike[str]) -> Lake:
         return Lake(text, pafs.LocalFileSystem(), str(path.absolute()).rstrip("/") or "/")
     try:
         fs, root = pafs.FileSystem.from_uri(text)
-    except (ValueError, OSError, pafs.ArrowException if hasattr(pafs, "ArrowException") else OSError) as exc:
+    except (ValueError, OSError, pa.ArrowException) as exc:
         raise WarehouseError(f"{text}: not a lake location pyarrow can write: {first_line(exc)}") from None
     if isinstance(fs, pafs.LocalFileSystem):
         check_parent(Path(root))
@@ -175,9 +181,12 @@ def open_lake(out: str | os.PathLike[str]) -> Lake:
 # --- the sync ----------------------------------------------------------------------------------
 
 
-def sync_lake(engine: Engine, out: str | os.PathLike[str], *, full: bool = False) -> SyncInfo:
-    """Bring the lake at `out` up to the warehouse's current state (see the module docstring)."""
-    lake = open_lake(out)
+def sync_lake(engine: Engine, out: str | os.PathLike[str], *, full: bool = False,
+              filesystem: pafs.FileSystem | None = None) -> SyncInfo:
+    """Bring the lake at `out` up to the warehouse's current state (see the module docstring).
+    `filesystem`: write there (any pyarrow file system: S3, GCS, or an fsspec one through
+    pyarrow.fs.FSSpecHandler), `out` being the lake's path in it."""
+    lake = open_lake(out) if filesystem is None else Lake(os.fspath(out), filesystem, os.fspath(out).rstrip("/"))
     _prepare(lake)
     _read(lake)  # refused before the lock file is made in a folder that is not a lake
     with _locked(lake):
@@ -236,7 +245,7 @@ def _read(lake: Lake) -> dict | None:
                                  f"(version {manifest.get('version')!r}); sync into a new folder")
         return manifest
     strangers = [info.path for info in _listing(lake, lake.root, recursive=False)
-                 if lake.relative(info.path) not in (LOCK, _TMP) and not _leftover_folder(lake, info)]
+                 if lake.relative(info.path) not in _TOP and not _leftover_folder(lake, info)]
     if strangers:
         raise WarehouseError(f"{lake.shown}: not empty and not a lake (no {MANIFEST}; it holds "
                              f"{lake.relative(strangers[0])}): sync into a new or empty folder")
@@ -278,8 +287,9 @@ def _clean_leftovers(lake: Lake, manifest: dict | None) -> None:
             if info.type == pafs.FileType.File and _OURS.fullmatch(info.base_name) \
                     and lake.relative(info.path) not in named:
                 lake.fs.delete_file(info.path)
-    if lake.local and os.path.exists(lake.path(_TMP)):
-        os.unlink(lake.path(_TMP))
+    for name in (MANIFEST + TMP, VIEWS_SQL + TMP):
+        if lake.local and os.path.exists(lake.path(name)):
+            os.unlink(lake.path(name))
 
 
 @dataclass
@@ -365,7 +375,16 @@ def _sync(conn: Connection, lake: Lake, old: dict | None, old_for_plan: dict | N
     manifest = {"format": FORMAT, "version": VERSION, "sync": number,
                 "synced_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "files": files, "bookkeeping": bookkeeping}
-    _put_manifest(lake, manifest, [e["path"] for e in written])
+    if lake.local:  # the files on disk before the manifest that names them
+        for entry in written:
+            _fsync(lake.path(entry["path"]))
+    by_table: dict[str, list[str]] = {}
+    for entry in files:
+        by_table.setdefault(entry["table"], []).append(entry["path"])
+    # views.sql names the manifest's files (no glob, which could see a later sync's files)
+    # and goes first: between the two, the files both name are all there.
+    _put(lake, VIEWS_SQL, views_sql(view_definitions(conn), by_table, by="warehouse lake sync").encode("utf-8"))
+    _put(lake, MANIFEST, json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
     named = {e["path"] for e in files}
     gone = [e["path"] for e in old_files if e["path"] not in named]
     for path in gone:
@@ -384,20 +403,19 @@ def _entry(lake: Lake, part: Part, table: str, run_id: int | None, loads: list[i
     return entry
 
 
-def _put_manifest(lake: Lake, manifest: dict, new_files: list[str]) -> None:
-    text = json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    if not lake.local:  # one PUT: an object store replaces an object whole
-        with lake.fs.open_output_stream(lake.path(MANIFEST)) as stream:
-            stream.write(text)
+def _put(lake: Lake, name: str, data: bytes) -> None:
+    """Replace OUT/name whole: locally a temporary file, fsynced, then os.replace'd (and the
+    folder fsynced); on an object store one PUT, which replaces an object atomically."""
+    if not lake.local:
+        with lake.fs.open_output_stream(lake.path(name)) as stream:
+            stream.write(data)
         return
-    for path in new_files:  # the files on disk before the manifest that names them
-        _fsync(lake.path(path))
-    tmp = lake.path(_TMP)
+    tmp = lake.path(name + TMP)
     with open(tmp, "wb") as f:
-        f.write(text)
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, lake.path(MANIFEST))
+    os.replace(tmp, lake.path(name))
     _fsync(lake.root)
 
 
