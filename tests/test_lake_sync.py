@@ -383,6 +383,31 @@ def test_a_killed_sync_leaves_the_last_good_lake(db_url, engine, tmp_path, where
     assert lake_rows(out) == export_rows(engine, tmp_path / "export")
 
 
+def test_a_full_disk_is_one_line_and_leaves_the_last_lake(db_url, engine, tmp_path):
+    """A file-size limit (as a full disk refuses a write): one line, exit 1, the last manifest
+    and its files as they were, nothing of the failed sync left; the next sync completes."""
+    query_fixture.build(engine)
+    out = tmp_path / "lake"
+    sync_lake(engine, out)
+    good = (out / "manifest.json").read_bytes()
+    source = writer.ensure_source(engine, "parquet", "/fixture/big", "big")
+    big = os.urandom(150_000).hex()  # 300 kB of text that zstd packs into no less than 150 kB
+    with writer.unit(engine, source, "unit-big", "hash-big") as unit:
+        unit.add_trials([Trial(run_key="run-big", trial_name="big__1", task_name="task1", reward=1.0, result="1.0",
+                               episodes=[Episode(0, [Turn("user", big)])])])
+    limited = subprocess.run(["bash", "-c", f'ulimit -f 100; exec "{sys.executable}" -m warehouse --db "$0" lake sync "$1"',
+                              db_url, str(out)], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert limited.returncode == 1, limited.stderr
+    assert limited.stderr.startswith(f"Error: {out}: cannot write: ") and "File too large" in limited.stderr
+    assert len(limited.stderr.strip().splitlines()) == 1
+    assert (out / "manifest.json").read_bytes() == good
+    assert set(stamps(out)) == {e["path"] for e in manifest(out)["files"]}
+    assert_manifest_true(out)
+    assert sync_lake(engine, out).runs_new == [run_ids(engine)["run-big"]]
+    assert lake_rows(out) == export_rows(engine, tmp_path / "export")
+
+
 # --- the command, and what it refuses ----------------------------------------------------------
 
 

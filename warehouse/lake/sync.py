@@ -43,10 +43,20 @@ Which runs changed. The cost must follow the change, not the warehouse (a one-ru
    load id), compared with the one the manifest keeps for it, plus the runs of units that
    finished after the last synced one (ids SQLite handed out again).
 
-On math×5 (78,256 trials, SQLite, warm cache) steps 1-4 take under 5 ms together; the fallback's
-pass 45 ms (at ×20, about four times that). The one change this cannot see: a source loaded and
-taken back whole between two syncs, over runs it shares with sources synced before (their rows
-are made again under new ids while the ledger ends as it was); `--full` rewrites everything.
+Measured on bench/out/work/serve.db (math×5: 78,256 trials, 6 runs, SQLite, read immutable):
+steps 1-4 take 3.4 ms together, with a new unit or without; the fallback's pass over
+trial_loads 38 ms warm, 81 ms cold (at ×20, about four times that, and only after a delete).
+Writing the small shared tables whole takes about 30 ms there. Load ids follow commit order
+(every writer holds the warehouse's one write lock for its unit's transaction: BEGIN IMMEDIATE,
+a PostgreSQL advisory lock), so no unit commits later under an id below one already synced.
+The one change this cannot see: a source loaded and taken back whole between two syncs, over
+runs it shares with sources synced before (their rows may be made again under new ids while
+their ledger ends as it was); `--full` rewrites everything.
+
+The manifest lists, for each file of a run, the units its trials came from (the contract's
+`loads`); a shared table's files have `loads: null` (they cover the whole ledger up to the
+manifest's bookkeeping.ledger.last_id). A warehouse of trace directories has a unit per trial,
+so its manifest grows with the trials (a few bytes per trial and run-scoped table).
 
 Atomic: the new files are written first (whole-file puts, never renamed), then manifest.json
 (locally a temporary file, fsynced, os.replace'd; on an object store one PUT, which is atomic),
@@ -191,9 +201,16 @@ def sync_lake(engine: Engine, out: str | os.PathLike[str], *, full: bool = False
     _read(lake)  # refused before the lock file is made in a folder that is not a lake
     with _locked(lake):
         old = _read(lake)
-        _clean_leftovers(lake, old)
-        with snapshot(engine) as conn:
-            return _sync(conn, lake, old, None if full else old)
+        try:
+            _clean_leftovers(lake, old)
+            with snapshot(engine) as conn:
+                return _sync(conn, lake, old, None if full else old)
+        except OSError as exc:  # a full disk, a file-size limit, a store that refuses a put
+            try:  # what this sync wrote, unless its manifest got in: then the last one's files
+                _clean_leftovers(lake, _read(lake))
+            except (OSError, WarehouseError):
+                pass  # the next sync cleans up
+            raise WarehouseError(f"{lake.shown}: cannot write: {exc.strerror or first_line(exc)}") from None
 
 
 def _prepare(lake: Lake) -> None:
