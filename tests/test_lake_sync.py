@@ -10,6 +10,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -85,6 +86,11 @@ def assert_manifest_true(out: Path) -> None:
         if entry["table"] in RUN_SCOPED:
             assert entry["path"].split("/")[1] == f"run_id={entry['run_id']}"
     assert {e["table"] for e in m["files"]} == ALL_TABLES
+
+
+def assert_views_name_files_that_are_there(out: Path) -> None:
+    named = re.findall(r"'([^']+\.parquet)'", (out / "views.sql").read_text(encoding="utf-8"))
+    assert named and all((out / path).is_file() for path in named)
 
 
 def stamps(out: Path) -> dict[str, tuple[int, int]]:
@@ -338,9 +344,10 @@ def test_syncing_a_then_b_is_syncing_both_once(engine, backend, tmp_path, reques
 # --- a killed sync -----------------------------------------------------------------------------
 
 KILL = {  # where the sync is killed: after its first data files, or with its new manifest written to
-    # its temporary file (views.sql, replaced first, already new)
+    # its temporary file, or with the manifest replaced but not views.sql
     "writing files": ("warehouse.lake.sync", "write_parts", 3),
-    "replacing the manifest": ("os", "replace", 2),
+    "replacing the manifest": ("os", "replace", 1),
+    "replacing views.sql": ("os", "replace", 2),
 }
 
 
@@ -370,14 +377,22 @@ def test_a_killed_sync_leaves_the_last_good_lake(db_url, engine, tmp_path, where
     killed = subprocess.run([sys.executable, "-c", script, db_url, str(out)], capture_output=True, text=True,
                             timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert killed.returncode == -9, killed.stderr
-    leftovers = set(stamps(out)) - {e["path"] for e in manifest(out)["files"]}
-    assert leftovers  # it had written something
-    assert (out / "manifest.json").read_bytes() == good
+    assert_views_name_files_that_are_there(out)
+    if where == "replacing views.sql":  # the new sync is in: a reader reads it
+        assert manifest(out)["sync"] == 2 and lake_rows(out) == export_rows(engine, tmp_path / "export0")
+    else:
+        leftovers = set(stamps(out)) - {e["path"] for e in manifest(out)["files"]}
+        assert leftovers  # it had written something
+        assert (out / "manifest.json").read_bytes() == good
+        assert lake_rows(out) == good_rows  # a reader still reads the last sync
     assert_manifest_true(out)
-    assert lake_rows(out) == good_rows  # a reader still reads the last sync
 
     info = sync_lake(engine, out)  # the next sync cleans up and completes
-    assert info.sync == 2 and len(info.runs_new) == 2
+    if where == "replacing views.sql":
+        assert not info.changed
+    else:
+        assert info.sync == 3 and len(info.runs_new) == 2  # 2 was the killed sync's
+    assert_views_name_files_that_are_there(out)
     assert set(stamps(out)) == {e["path"] for e in manifest(out)["files"]}
     assert not (out / "manifest.json.tmp").exists() and not (out / "views.sql.tmp").exists()
     assert lake_rows(out) == export_rows(engine, tmp_path / "export")

@@ -58,14 +58,16 @@ The manifest lists, for each file of a run, the units its trials came from (the 
 manifest's bookkeeping.ledger.last_id). A warehouse of trace directories has a unit per trial,
 so its manifest grows with the trials (a few bytes per trial and run-scoped table).
 
-Atomic: the new files are written first (whole-file puts, never renamed), then manifest.json
-(locally a temporary file, fsynced, os.replace'd; on an object store one PUT, which is atomic),
-then the files the old manifest named and the new one does not are removed. A reader takes the
-manifest's files only (warehouse.lake.layout.table_files), so it sees the old sync or the new
-one. A killed sync leaves the last manifest and every file it names; the next sync removes the
-files no manifest names (listing the table folders, which only the writer does). Two syncs on
-one local folder: the second fails at once (an flock on OUT/.lake-sync.lock, released by the
-kernel however the first ends).
+Atomic: the new files are written first (whole-file puts, never renamed, under names no sync
+used before, a killed sync's included), then manifest.json (locally a temporary file, fsynced,
+os.replace'd; on an object store one PUT, which is atomic), then views.sql the same way, and
+only then are the files removed that neither names any more (and a killed sync's leftovers). A
+reader takes the manifest's files only (warehouse.lake.layout.table_files), so it sees the old
+sync or the new one; each file views.sql names is there too, whenever the sync stops. A killed
+sync leaves the last manifest and every file it names; the next sync removes what it left
+(listing the table folders, which only the writer does). A write that fails (a full disk) is
+one line, and the sync's own files are removed. Two syncs on one local folder: the second fails
+at once (an flock on OUT/.lake-sync.lock, released by the kernel however the first ends).
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ _TOP = {LOCK, MANIFEST + TMP, VIEWS_SQL, VIEWS_SQL + TMP}
 PER_RUN = {"trial_lengths", "run_task_breakdown", "run_task_outcomes"}
 INCREMENTAL = "messages"
 WHOLE = [name for name in TABLES if name not in RUN_SCOPED and name not in PER_RUN and name != INCREMENTAL]
-_OURS = re.compile(r"part-s\d+(-r\d+)?-\d{5}\.parquet")
+_OURS = re.compile(r"part-s(\d+)(-r\d+)?-\d{5,}\.parquet")
 
 _TRIALS, _LOADS, _RUNS = TABLES["trials"], TABLES["loads"], TABLES["runs"]
 _TRIAL_LOADS, _EPISODE_LOADS, _EPISODES = TABLES["trial_loads"], TABLES["episode_loads"], TABLES["episodes"]
@@ -201,13 +203,17 @@ def sync_lake(engine: Engine, out: str | os.PathLike[str], *, full: bool = False
     _read(lake)  # refused before the lock file is made in a folder that is not a lake
     with _locked(lake):
         old = _read(lake)
+        leftovers = _leftovers(lake, old)
+        # Past every number a killed sync used: no file is ever written over, not even a leftover
+        # (a killed sync's views.sql may name its files until this one replaces it).
+        number = max([old["sync"] if old else 0, *(_sync_of(path) for path in leftovers)]) + 1
         try:
-            _clean_leftovers(lake, old)
             with snapshot(engine) as conn:
-                return _sync(conn, lake, old, None if full else old)
+                return _sync(conn, lake, old, None if full else old, number, leftovers)
         except OSError as exc:  # a full disk, a file-size limit, a store that refuses a put
-            try:  # what this sync wrote, unless its manifest got in: then the last one's files
-                _clean_leftovers(lake, _read(lake))
+            try:  # this sync's files, unless its manifest got in
+                named = _read(lake)
+                _delete(lake, [path for path in _leftovers(lake, named) if _sync_of(path) == number])
             except (OSError, WarehouseError):
                 pass  # the next sync cleans up
             raise WarehouseError(f"{lake.shown}: cannot write: {exc.strerror or first_line(exc)}") from None
@@ -296,17 +302,26 @@ def _leftover_folder(lake: Lake, info: pafs.FileInfo) -> bool:
                for f in _listing(lake, info.path, recursive=True))
 
 
-def _clean_leftovers(lake: Lake, manifest: dict | None) -> None:
-    """Remove what a killed sync wrote and no manifest names (and a manifest it left half-made)."""
+def _leftovers(lake: Lake, manifest: dict | None) -> list[str]:
+    """The files a sync names as it writes them that the manifest does not name (a killed or
+    failed sync's, relative to OUT). Only the writer lists folders."""
     named = {entry["path"] for entry in manifest["files"]} if manifest else set()
+    found = []
     for name in TABLES:
         for info in _listing(lake, lake.path(name), recursive=True):
             if info.type == pafs.FileType.File and _OURS.fullmatch(info.base_name) \
                     and lake.relative(info.path) not in named:
-                lake.fs.delete_file(info.path)
-    for name in (MANIFEST + TMP, VIEWS_SQL + TMP):
-        if lake.local and os.path.exists(lake.path(name)):
-            os.unlink(lake.path(name))
+                found.append(lake.relative(info.path))
+    return found
+
+
+def _sync_of(path: str) -> int:
+    return int(_OURS.fullmatch(path.rsplit("/", 1)[-1]).group(1))
+
+
+def _delete(lake: Lake, paths: list[str]) -> None:
+    for path in paths:
+        lake.fs.delete_file(lake.path(path))
 
 
 @dataclass
@@ -320,8 +335,8 @@ class _Plan:
     full_pass: bool
 
 
-def _sync(conn: Connection, lake: Lake, old: dict | None, old_for_plan: dict | None) -> SyncInfo:
-    number = (old["sync"] if old else 0) + 1
+def _sync(conn: Connection, lake: Lake, old: dict | None, old_for_plan: dict | None, number: int,
+          leftovers: list[str]) -> SyncInfo:
     runs = dict(conn.execute(select(_RUNS.c.id, _RUNS.c.run_key)).all())
     plan = _plan(conn, runs, old_for_plan)
     stem = f"part-s{number}"
@@ -385,30 +400,54 @@ def _sync(conn: Connection, lake: Lake, old: dict | None, old_for_plan: dict | N
                     runs_removed=plan.removed, runs_unchanged=len(plan.unchanged),
                     files_written=len(written), bytes_written=sum(e["bytes"] for e in written),
                     messages_rewritten=messages_rewritten and old is not None, full_pass=plan.full_pass)
-    if old is not None and not written and len(keep) == len(old_files) and bookkeeping == old["bookkeeping"]:
-        info.sync = old["sync"]
-        return info  # nothing changed: nothing written, the manifest as it was
     files = sorted(keep + written, key=lambda e: e["path"])
+    views = views_sql(view_definitions(conn), _by_table(files), by="warehouse lake sync").encode("utf-8")
+    if old is not None and not written and len(keep) == len(old_files) and bookkeeping == old["bookkeeping"]:
+        info.sync = old["sync"]  # nothing changed: no file written, the manifest as it was
+        if _get(lake, VIEWS_SQL) != views:  # a killed sync's views.sql
+            _put(lake, VIEWS_SQL, views)
+        _delete(lake, leftovers)
+        _remove_temporary(lake)
+        return info
     manifest = {"format": FORMAT, "version": VERSION, "sync": number,
                 "synced_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "files": files, "bookkeeping": bookkeeping}
     if lake.local:  # the files on disk before the manifest that names them
         for entry in written:
             _fsync(lake.path(entry["path"]))
-    by_table: dict[str, list[str]] = {}
-    for entry in files:
-        by_table.setdefault(entry["table"], []).append(entry["path"])
-    # views.sql names the manifest's files (no glob, which could see a later sync's files)
-    # and goes first: between the two, the files both name are all there.
-    _put(lake, VIEWS_SQL, views_sql(view_definitions(conn), by_table, by="warehouse lake sync").encode("utf-8"))
     _put(lake, MANIFEST, json.dumps(manifest, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    # views.sql names the manifest's files one by one (a glob would see a later sync's files),
+    # after the manifest: until it is replaced it names the last sync's files, still there.
+    _put(lake, VIEWS_SQL, views)
     named = {e["path"] for e in files}
     gone = [e["path"] for e in old_files if e["path"] not in named]
-    for path in gone:
-        lake.fs.delete_file(lake.path(path))
+    _delete(lake, gone + leftovers)  # only now: each file either manifest or views.sql names stayed till here
+    _remove_temporary(lake)
     info.changed = True
     info.files_removed = len(gone)
     return info
+
+
+def _by_table(files: list[dict]) -> dict[str, list[str]]:
+    by_table: dict[str, list[str]] = {}
+    for entry in files:
+        by_table.setdefault(entry["table"], []).append(entry["path"])
+    return by_table
+
+
+def _remove_temporary(lake: Lake) -> None:
+    """A temporary file a killed sync left (locally: an object store has none)."""
+    for name in (MANIFEST + TMP, VIEWS_SQL + TMP):
+        if lake.local and os.path.exists(lake.path(name)):
+            os.unlink(lake.path(name))
+
+
+def _get(lake: Lake, name: str) -> bytes | None:
+    try:
+        with lake.fs.open_input_stream(lake.path(name)) as stream:
+            return stream.read()
+    except FileNotFoundError:
+        return None
 
 
 def _entry(lake: Lake, part: Part, table: str, run_id: int | None, loads: list[int] | None,
