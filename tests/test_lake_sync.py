@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import text
 
+import harbor_jobs
 import query_fixture
 from conftest import another_warehouse
 from helpers import hub_row, write_shard
@@ -113,6 +114,7 @@ def files_of(out: Path, run: int) -> set[str]:
 def test_first_sync_holds_what_export_tables_writes(engine, tmp_path):
     query_fixture.build(engine)
     ingest(engine, [str(SAMPLE)])
+    assert ingest(engine, [str(harbor_jobs.build_job(tmp_path / "jobs"))]).errors == []  # turn extras, subagents
     out = tmp_path / "lake"
     info = sync_lake(engine, out)
     ids = run_ids(engine)
@@ -124,7 +126,7 @@ def test_first_sync_holds_what_export_tables_writes(engine, tmp_path):
         assert got[table] == want[table], table
     with engine.connect() as conn:
         n_trials = conn.execute(text("SELECT count(*) FROM trials")).scalar_one()
-    assert len(got["trials"]) == n_trials == 22 + 36  # the fixture's 22 trials (11, 9, 2), the sample's 36
+    assert len(got["trials"]) == n_trials == 22 + 36 + 4  # the fixture's 22 (11, 9, 2), the sample's 36, the job's 4
     # Each run's files list the units its trials came from.
     with engine.connect() as conn:
         loads = conn.execute(text("SELECT DISTINCT t.run_id, tl.load_id FROM trial_loads tl "
@@ -452,6 +454,8 @@ def test_bad_outs_are_refused_in_one_line(db_url, engine, tmp_path):
     (tmp_path / "file").write_text("x")
     _refused(db_url, str(tmp_path / "file"), "not a directory")
     _refused(db_url, str(tmp_path / "no" / "lake"), "does not exist")
+    _refused(db_url, f"file://{tmp_path / 'file'}", "not a directory")
+    _refused(db_url, "nosuch://bucket/lake", "not a lake location pyarrow can write")
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "manifest.json").write_text('{"format": "something-else"}')
