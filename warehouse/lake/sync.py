@@ -72,10 +72,12 @@ at once (an flock on OUT/.lake-sync.lock, released by the kernel however the fir
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -199,7 +201,17 @@ def sync_lake(engine: Engine, out: str | os.PathLike[str], *, full: bool = False
     `filesystem`: write there (any pyarrow file system: S3, GCS, or an fsspec one through
     pyarrow.fs.FSSpecHandler), `out` being the lake's path in it."""
     lake = open_lake(out) if filesystem is None else Lake(os.fspath(out), filesystem, os.fspath(out).rstrip("/"))
-    _prepare(lake)
+    created = _prepare(lake)
+    try:
+        return _sync_locked(engine, lake, full)
+    except BaseException:
+        # As a failed export: an OUT this sync made goes again, unless a manifest got in.
+        if created and lake.local and not os.path.exists(lake.path(MANIFEST)):
+            shutil.rmtree(lake.root, ignore_errors=True)
+        raise
+
+
+def _sync_locked(engine: Engine, lake: Lake, full: bool) -> SyncInfo:
     _read(lake)  # refused before the lock file is made in a folder that is not a lake
     with _locked(lake):
         old = _read(lake)
@@ -219,18 +231,23 @@ def sync_lake(engine: Engine, out: str | os.PathLike[str], *, full: bool = False
             raise WarehouseError(f"{lake.shown}: cannot write: {exc.strerror or first_line(exc)}") from None
 
 
-def _prepare(lake: Lake) -> None:
-    """OUT: a folder (made if missing), or refused in one line."""
+def _prepare(lake: Lake) -> bool:
+    """OUT: a folder, made if missing (then True), or refused in one line."""
     try:
         info = lake.fs.get_file_info(lake.root)
         if info.type == pafs.FileType.File:
             raise WarehouseError(f"{lake.shown}: exists and is not a directory")
-        if info.type == pafs.FileType.NotFound:
-            lake.fs.create_dir(lake.root, recursive=False)
+        if info.type != pafs.FileType.NotFound:
+            if lake.local and not os.access(lake.root, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+            return False
+        if lake.local:
+            os.mkdir(lake.root)
+        else:
+            lake.fs.create_dir(lake.root, recursive=True)
+        return True
     except OSError as exc:
         raise WarehouseError(f"{lake.shown}: cannot write: {exc.strerror or first_line(exc)}") from None
-    if lake.local and not os.access(lake.root, os.W_OK | os.X_OK):
-        raise WarehouseError(f"{lake.shown}: cannot write: permission denied")
 
 
 @contextmanager
