@@ -170,6 +170,8 @@ def test_a_new_run_writes_only_its_files(engine, tmp_path):
     ingest(engine, [str(SAMPLE)])
     new_runs = set(run_ids(engine).values()) - old_runs
     assert len(new_runs) == 2
+    with engine.connect() as conn:
+        n_loads = conn.execute(text("SELECT count(*) FROM loads")).scalar_one()
 
     info = sync_lake(engine, out)
     assert sorted(info.runs_new) == sorted(new_runs) and info.runs_changed == [] and info.runs_removed == []
@@ -184,6 +186,9 @@ def test_a_new_run_writes_only_its_files(engine, tmp_path):
         assert entry["run_id"] in new_runs or entry.get("of_run") in new_runs or entry["table"] not in RUN_SCOPED | PER_RUN
     assert {e["run_id"] for e in new_files.values() if e["table"] == "trials"} == new_runs
     assert sum(e["rows"] for e in new_files.values() if e["table"] == "trials") == 36
+    # The ledger grows by the sample's units; the fixture's three stay in the file they were in.
+    assert sum(e["rows"] for e in new_files.values() if e["table"] == "loads") == n_loads - 3
+    assert [e["rows"] for e in manifest(out)["files"] if e["table"] == "loads" and e["path"] in before] == [3]
     assert_manifest_true(out)
     assert lake_rows(out) == export_rows(engine, tmp_path / "export")
     assert info.line() == (f"Synced {out}: 2 runs written (0 changed, 2 new), 0 removed, 3 unchanged; "

@@ -18,10 +18,14 @@ What each table gets:
   gone. The one case an append cannot take is SQLite handing a deleted largest id to a new text
   (it reuses ids from the top): the row at the last sync's largest id is checked by its hash,
   and when it is gone or another text, the table is rewritten whole.
-- The other shared tables (runs, run_labels, run_sources, tasks, sources, loads, conflicts) are
-  small, and change without a load (`runs rename`, `runs label`), so each sync writes them
-  whole; a table whose files come out byte for byte as before (same SHA-256) keeps its old
-  files and the new ones are removed unlisted.
+- `loads` (a row per unit: per trial, for trace directories) is appended to as well: a unit's
+  row is written once, in its own transaction, and never changed, so while the ledger below the
+  last sync's last unit stands (step 4 below) the units above it are all that is new; after a
+  delete took units away it is written whole.
+- The other shared tables (runs, run_labels, run_sources, tasks, sources, conflicts) are small
+  (they grow with runs, tasks and disagreements, not trials), and change without a unit (`runs
+  rename`, `runs label`), so each sync writes them whole; a table whose files come out byte for
+  byte as before (same SHA-256) keeps its old files and the new ones are removed unlisted.
 
 Which runs changed. The cost must follow the change, not the warehouse (a one-run ingest into a
 313,020-trial warehouse), so the sync asks the ledger, through indexed columns:
@@ -106,7 +110,8 @@ _TOP = {LOCK, MANIFEST + TMP, VIEWS_SQL, VIEWS_SQL + TMP}
 # Summaries with a run_id column, kept per run: written with their run, one file per run.
 PER_RUN = {"trial_lengths", "run_task_breakdown", "run_task_outcomes"}
 INCREMENTAL = "messages"
-WHOLE = [name for name in TABLES if name not in RUN_SCOPED and name not in PER_RUN and name != INCREMENTAL]
+LEDGER = "loads"  # appended to while no unit is taken away (a unit's row never changes once loaded)
+WHOLE = [name for name in TABLES if name not in RUN_SCOPED and name not in PER_RUN and name not in (INCREMENTAL, LEDGER)]
 _OURS = re.compile(r"part-s(\d+)(-r\d+)?-\d{5,}\.parquet")
 
 _TRIALS, _LOADS, _RUNS = TABLES["trials"], TABLES["loads"], TABLES["runs"]
@@ -398,6 +403,15 @@ def _sync(conn: Connection, lake: Lake, old: dict | None, old_for_plan: dict | N
         parts = write_parts(conn, shared_query(INCREMENTAL).where(_MESSAGES.c.id > old_messages["max_id"]),
                             lake.fs, lake.path(INCREMENTAL), stem=stem)
     written += [_entry(lake, part, INCREMENTAL, None, None) for part in parts]
+
+    # loads: the units above the last sync's last one, while the ledger below it stands.
+    if old_for_plan is not None and not plan.full_pass:
+        keep += [e for e in old_files if e["table"] == LEDGER]
+        last = old_for_plan["bookkeeping"]["ledger"]["last_id"]
+        parts = write_parts(conn, shared_query(LEDGER).where(_LOADS.c.id > last), lake.fs, lake.path(LEDGER), stem=stem)
+    else:
+        parts = write_parts(conn, shared_query(LEDGER), lake.fs, lake.path(LEDGER), stem=stem, keep_empty=True)
+    written += [_entry(lake, part, LEDGER, None, None) for part in parts]
 
     # The other shared tables, whole; a table that comes out the same keeps its old files.
     duplicates: list[str] = []
