@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -221,6 +222,42 @@ def test_a_replaced_trial_rewrites_only_its_run(engine, tmp_path):
     assert not any((out / path).exists() for path in before if f"run_id={ids['run-a']}/" in path)
     assert_manifest_true(out)
     assert lake_rows(out) == export_rows(engine, tmp_path / "export")
+
+
+def test_a_trial_a_resumed_job_dropped_rewrites_its_run(engine, tmp_path):
+    """A running trial stored, then taken away by the next ingest of its job's folder (its unit
+    leaves the ledger: the sync checks every run's fingerprint), then the trial run again: each
+    sync rewrites the job's run alone."""
+    from test_resumed_jobs import B, D, REWARDS, add_trial, running_job, write_job
+
+    query_fixture.build(engine)
+    root = tmp_path / "jobs"
+    job = running_job(root)
+    assert ingest(engine, [str(root)]).errors == []
+    out = tmp_path / "lake"
+    sync_lake(engine, out)
+    ids = run_ids(engine)
+    [job_run] = [run for key, run in ids.items() if key not in ("run-a", "run-b", "run-c")]
+    before = stamps(out)
+
+    shutil.rmtree(job / B)
+    assert ingest(engine, [str(root)]).trials_removed == 1
+    removed = sync_lake(engine, out)
+    assert removed.runs_changed == [job_run] and removed.runs_unchanged == 3 and removed.full_pass
+    assert_manifest_true(out)
+    _assert_same_but_orphans(lake_rows(out), export_rows(engine, tmp_path / "export1"))
+    assert sum(e["rows"] for e in manifest(out)["files"] if e["table"] == "trials" and e["run_id"] == job_run) == 2
+    add_trial(job, D, reward=REWARDS[D])  # run again under a new name (`harbor jobs resume`)
+    write_job(job, REWARDS, finished=True)
+    assert ingest(engine, [str(root)]).errors == []
+    again = sync_lake(engine, out)
+    assert again.runs_changed == [job_run] and again.runs_unchanged == 3
+    after = stamps(out)
+    for run in (ids["run-a"], ids["run-b"], ids["run-c"]):
+        for path in files_of(out, run):
+            assert after[path] == before[path], path
+    assert_manifest_true(out)
+    _assert_same_but_orphans(lake_rows(out), export_rows(engine, tmp_path / "export2"))
 
 
 def test_deletes_drop_runs_and_rewrite_what_they_changed(db_url, engine, tmp_path):

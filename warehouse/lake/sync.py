@@ -35,8 +35,8 @@ Which runs changed. The cost must follow the change, not the warehouse (a one-ru
    Every unit that changes a trial's rows (a new trial, new episodes, a finished incomplete
    trial replacing its snapshot, Hub rows placed again) mentions that trial there.
 2. Trials per run, from the summary run_task_outcomes (one row per run and task, kept in the
-   same transaction as every change to trials): catches a trial taken away by a unit that
-   mentions none (an unfinished trial the job deleted).
+   same transaction as every change to trials): a trial taken away by a unit that mentions
+   none (an unfinished trial the job deleted, whose own unit leaves the ledger too: step 4).
 3. The runs table itself: a run gone is dropped; a run id that now names another run_key
    (SQLite reuses the largest ids) is rewritten.
 4. Whether the ledger below the last sync's largest load id is still what it was: its count and
