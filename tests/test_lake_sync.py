@@ -148,6 +148,21 @@ def test_a_sync_with_nothing_new_writes_nothing(engine, tmp_path):
     assert stamps(out) == before and (out / "manifest.json").read_bytes() == text_before
 
 
+def test_a_lake_of_another_schema_revision_is_written_anew(engine, tmp_path):
+    """Its files' columns could differ from the new ones' (a migration adds a column)."""
+    query_fixture.build(engine)
+    out = tmp_path / "lake"
+    sync_lake(engine, out)
+    before = set(stamps(out))
+    older = manifest(out)
+    older["bookkeeping"]["schema_revision"] = "0014"
+    (out / "manifest.json").write_text(json.dumps(older))
+    info = sync_lake(engine, out)
+    assert info.changed and sorted(info.runs_new) == sorted(run_ids(engine).values())
+    assert not before & set(stamps(out))  # no file of the old lake left
+    assert lake_rows(out) == export_rows(engine, tmp_path / "export")
+
+
 def test_an_empty_warehouse_gives_every_table_a_file(engine, tmp_path):
     out = tmp_path / "lake"
     sync_lake(engine, out)

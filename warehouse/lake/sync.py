@@ -94,6 +94,7 @@ import pyarrow.fs as pafs
 from sqlalchemy import Connection, Engine, func, select
 
 from warehouse.db.copy import snapshot
+from warehouse.db.schema import HEAD_REVISION
 from warehouse.errors import WarehouseError, first_line
 from warehouse.export_tables import (
     EMPTY_PARTITION, PARTITION, RUN_SCOPED, TABLES, VIEWS_SQL, Part, run_query, shared_query, view_definitions, views_sql,
@@ -224,6 +225,9 @@ def _sync_locked(engine: Engine, lake: Lake, full: bool) -> SyncInfo:
         # Past every number a killed sync used: no file is ever written over, not even a leftover
         # (a killed sync's views.sql may name its files until this one replaces it).
         number = max([old["sync"] if old else 0, *(_sync_of(path) for path in leftovers)]) + 1
+        # A lake written under another schema revision is written anew: its files' columns
+        # would differ from the new ones' (the read engine has checked the warehouse is at head).
+        full = full or (old is not None and old["bookkeeping"].get("schema_revision") != HEAD_REVISION)
         try:
             with snapshot(engine) as conn:
                 return _sync(conn, lake, old, None if full else old, number, leftovers)
@@ -355,6 +359,7 @@ class _Plan:
     unchanged: list[int]
     fingerprints: dict[int, list[int]]  # of the runs to write, and of every run after a full pass
     full_pass: bool
+    trials: dict[int, int]  # each run's trials
 
 
 def _sync(conn: Connection, lake: Lake, old: dict | None, old_for_plan: dict | None, number: int,
@@ -520,7 +525,7 @@ def _fsync(path: str) -> None:
 def _plan(conn: Connection, runs: dict[int, str], old: dict | None) -> _Plan:
     if old is None:
         ids = sorted(runs)
-        return _Plan(ids, ids, [], [], [], _fingerprints(conn, ids), False)
+        return _Plan(ids, ids, [], [], [], _fingerprints(conn, ids), False, _trials_per_run(conn))
     book = old["bookkeeping"]
     known = {int(run): entry for run, entry in book["runs"].items()}
     removed = sorted(run for run in known if run not in runs)
@@ -543,7 +548,7 @@ def _plan(conn: Connection, runs: dict[int, str], old: dict | None) -> _Plan:
     if not full_pass:
         fingerprints = _fingerprints(conn, write)
     unchanged = sorted(run for run in runs if run in known and run not in changed)
-    return _Plan(write, new, changed, removed, unchanged, fingerprints, full_pass)
+    return _Plan(write, new, changed, removed, unchanged, fingerprints, full_pass, trials)
 
 
 def _runs_of_loads(conn: Connection, *, last: int | None = None, finished_after: datetime | None = None) -> set[int]:
@@ -628,7 +633,7 @@ def _messages_still(conn: Connection, kept: dict | None) -> bool:
 def _bookkeeping(conn: Connection, runs: dict[int, str], plan: _Plan, old: dict | None,
                  messages_rewritten: bool, old_messages: dict | None) -> dict:
     last = conn.execute(select(func.coalesce(func.max(_LOADS.c.id), 0))).scalar_one()
-    trials = _trials_per_run(conn)
+    trials = plan.trials
     known = {int(run): entry for run, entry in old["bookkeeping"]["runs"].items()} if old else {}
     book_runs = {}
     for run in sorted(runs):
@@ -636,4 +641,5 @@ def _bookkeeping(conn: Connection, runs: dict[int, str], plan: _Plan, old: dict 
         book_runs[str(run)] = {"run_key": runs[run], "trials": trials.get(run, 0), "fingerprint": fingerprint}
     top = conn.execute(select(_MESSAGES.c.id, _MESSAGES.c.content_hash).order_by(_MESSAGES.c.id.desc()).limit(1)).first()
     messages = {"max_id": int(top[0]), "hash": bytes(top[1]).hex()} if top else {"max_id": 0, "hash": None}
-    return {"ledger": _ledger(conn, int(last)), "runs": book_runs, "messages": messages}
+    return {"schema_revision": HEAD_REVISION, "ledger": _ledger(conn, int(last)), "runs": book_runs,
+            "messages": messages}
