@@ -362,83 +362,56 @@ class _Plan:
     trials: dict[int, int]  # each run's trials
 
 
+class _Files:
+    """The new manifest's files as a sync builds them: entries of the old manifest kept, and the
+    files it writes (under `stem`: part-s<sync>)."""
+
+    def __init__(self, conn: Connection, lake: Lake, old: dict | None, stem: str):
+        self.conn, self.lake, self.stem = conn, lake, stem
+        self.old = old["files"] if old else []
+        self.keep: list[dict] = []
+        self.written: list[dict] = []
+
+    def write(self, name: str, stmt, folder: str, *, run_id: int | None = None, loads: list[int] | None = None,
+              of_run: int | None = None, stem: str | None = None, keep_empty: bool = False) -> list[dict]:
+        parts = write_parts(self.conn, stmt, self.lake.fs, self.lake.path(folder), stem=stem or self.stem,
+                            keep_empty=keep_empty)
+        entries = [_entry(self.lake, part, name, run_id, loads, of_run) for part in parts]
+        self.written += entries
+        return entries
+
+    def old_of(self, name: str) -> list[dict]:
+        return [e for e in self.old if e["table"] == name]
+
+    def has(self, name: str) -> bool:
+        return any(e["table"] == name for e in self.keep + self.written)
+
+    def all(self) -> list[dict]:
+        return sorted(self.keep + self.written, key=lambda e: e["path"])
+
+
 def _sync(conn: Connection, lake: Lake, old: dict | None, old_for_plan: dict | None, number: int,
           leftovers: list[str]) -> SyncInfo:
     runs = dict(conn.execute(select(_RUNS.c.id, _RUNS.c.run_key)).all())
     plan = _plan(conn, runs, old_for_plan)
-    stem = f"part-s{number}"
-    keep: list[dict] = []  # entries of the old manifest that stay
-    written: list[dict] = []
-    old_files = old["files"] if old else []
-    rewritten = set(plan.write) | set(plan.removed)
-
-    # Run-scoped and per-run tables: unchanged runs keep their files.
-    for entry in old_files:
-        run = entry["run_id"] if entry["run_id"] is not None else entry.get("of_run")
-        if entry["table"] in RUN_SCOPED or entry["table"] in PER_RUN:
-            if run not in (None, EMPTY_PARTITION) and run not in rewritten and old_for_plan is not None:
-                keep.append(entry)
-    for run in plan.write:
-        loads = _run_loads(conn, run)
-        for name in RUN_SCOPED:
-            parts = write_parts(conn, run_query(name, run), lake.fs, lake.path(f"{name}/{PARTITION}={run}"), stem=stem)
-            written += [_entry(lake, part, name, run, loads) for part in parts]
-        for name in PER_RUN:
-            parts = write_parts(conn, _per_run_query(name, run), lake.fs, lake.path(name), stem=f"{stem}-r{run}")
-            written += [_entry(lake, part, name, None, loads, of_run=run) for part in parts]
-    for name in [*RUN_SCOPED, *PER_RUN]:  # a table with no rows still gets a file holding its schema
-        if not any(e["table"] == name for e in keep + written):
-            folder = f"{name}/{PARTITION}={EMPTY_PARTITION}" if name in RUN_SCOPED else name
-            placeholder = [e for e in old_files if e["table"] == name and e["rows"] == 0 and old_for_plan is not None]
-            if placeholder:
-                keep += placeholder
-            else:
-                query = run_query(name, EMPTY_PARTITION) if name in RUN_SCOPED else _per_run_query(name, EMPTY_PARTITION)
-                parts = write_parts(conn, query, lake.fs, lake.path(folder), stem=stem, keep_empty=True)
-                written += [_entry(lake, part, name, EMPTY_PARTITION if name in RUN_SCOPED else None, [])
-                            for part in parts]
-
-    # messages: appended to, unless the last sync's largest id is gone or reused.
-    old_messages = (old_for_plan or {}).get("bookkeeping", {}).get("messages")
+    files = _Files(conn, lake, old, f"part-s{number}")
+    incremental = old_for_plan is not None  # else every table is written anew (a new lake, --full)
+    _write_runs(files, plan, incremental)
+    old_messages = old_for_plan["bookkeeping"]["messages"] if incremental else None
     messages_rewritten = not _messages_still(conn, old_messages)
-    if messages_rewritten:
-        parts = write_parts(conn, shared_query(INCREMENTAL), lake.fs, lake.path(INCREMENTAL), stem=stem, keep_empty=True)
-    else:
-        keep += [e for e in old_files if e["table"] == INCREMENTAL]
-        parts = write_parts(conn, shared_query(INCREMENTAL).where(_MESSAGES.c.id > old_messages["max_id"]),
-                            lake.fs, lake.path(INCREMENTAL), stem=stem)
-    written += [_entry(lake, part, INCREMENTAL, None, None) for part in parts]
+    _write_messages(files, None if messages_rewritten else old_messages["max_id"])
+    _write_ledger(files, old_for_plan["bookkeeping"]["ledger"]["last_id"] if incremental and not plan.full_pass else None)
+    _write_whole(files, incremental)
 
-    # loads: the units above the last sync's last one, while the ledger below it stands.
-    if old_for_plan is not None and not plan.full_pass:
-        keep += [e for e in old_files if e["table"] == LEDGER]
-        last = old_for_plan["bookkeeping"]["ledger"]["last_id"]
-        parts = write_parts(conn, shared_query(LEDGER).where(_LOADS.c.id > last), lake.fs, lake.path(LEDGER), stem=stem)
-    else:
-        parts = write_parts(conn, shared_query(LEDGER), lake.fs, lake.path(LEDGER), stem=stem, keep_empty=True)
-    written += [_entry(lake, part, LEDGER, None, None) for part in parts]
-
-    # The other shared tables, whole; a table that comes out the same keeps its old files.
-    duplicates: list[str] = []
-    for name in WHOLE:
-        parts = write_parts(conn, shared_query(name), lake.fs, lake.path(name), stem=stem, keep_empty=True)
-        before = [e for e in old_files if e["table"] == name] if old_for_plan is not None else []
-        if sorted(e["sha256"] for e in before) == sorted(p.sha256 for p in parts):
-            keep += before
-            duplicates += [p.path for p in parts]
-        else:
-            written += [_entry(lake, part, name, None, None) for part in parts]
-    for path in duplicates:
-        lake.fs.delete_file(path)
-
-    bookkeeping = _bookkeeping(conn, runs, plan, old_for_plan, messages_rewritten, old_messages)
+    bookkeeping = _bookkeeping(conn, runs, plan, old_for_plan)
+    written = files.written
     info = SyncInfo(out=lake.shown, sync=number, runs_new=plan.new, runs_changed=plan.changed,
                     runs_removed=plan.removed, runs_unchanged=len(plan.unchanged),
                     files_written=len(written), bytes_written=sum(e["bytes"] for e in written),
                     messages_rewritten=messages_rewritten and old is not None, full_pass=plan.full_pass)
-    files = sorted(keep + written, key=lambda e: e["path"])
-    views = views_sql(view_definitions(conn), _by_table(files), by="warehouse lake sync").encode("utf-8")
-    if old is not None and not written and len(keep) == len(old_files) and bookkeeping == old["bookkeeping"]:
+    entries = files.all()
+    views = views_sql(view_definitions(conn), _by_table(entries), by="warehouse lake sync").encode("utf-8")
+    if old is not None and not written and len(entries) == len(files.old) and bookkeeping == old["bookkeeping"]:
         info.sync = old["sync"]  # nothing changed: no file written, the manifest as it was
         if _get(lake, VIEWS_SQL) != views:  # a killed sync's views.sql
             _put(lake, VIEWS_SQL, views)
@@ -447,7 +420,75 @@ def _sync(conn: Connection, lake: Lake, old: dict | None, old_for_plan: dict | N
         return info
     manifest = {"format": FORMAT, "version": VERSION, "sync": number,
                 "synced_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "files": files, "bookkeeping": bookkeeping}
+                "files": entries, "bookkeeping": bookkeeping}
+    info.files_removed = _commit(lake, manifest, views, written, files.old, leftovers)
+    info.changed = True
+    return info
+
+
+def _write_runs(files: _Files, plan: _Plan, incremental: bool) -> None:
+    """The run-scoped tables and the per-run summaries: an unchanged run keeps its files, a new
+    or changed one is written; a table no run has rows in gets an empty file (its columns)."""
+    rewritten = set(plan.write) | set(plan.removed)
+    for entry in files.old:
+        run = entry["run_id"] if entry["run_id"] is not None else entry.get("of_run")
+        by_run = entry["table"] in RUN_SCOPED or entry["table"] in PER_RUN
+        if incremental and by_run and run not in (None, EMPTY_PARTITION) and run not in rewritten:
+            files.keep.append(entry)
+    for run in plan.write:
+        loads = _run_loads(files.conn, run)
+        for name in RUN_SCOPED:
+            files.write(name, run_query(name, run), f"{name}/{PARTITION}={run}", run_id=run, loads=loads)
+        for name in PER_RUN:
+            files.write(name, _per_run_query(name, run), name, loads=loads, of_run=run, stem=f"{files.stem}-r{run}")
+    for name in [*RUN_SCOPED, *PER_RUN]:
+        if files.has(name):
+            continue
+        placeholder = [e for e in files.old_of(name) if e["rows"] == 0] if incremental else []
+        if placeholder:
+            files.keep += placeholder
+        elif name in RUN_SCOPED:
+            files.write(name, run_query(name, EMPTY_PARTITION), f"{name}/{PARTITION}={EMPTY_PARTITION}",
+                        run_id=EMPTY_PARTITION, loads=[], keep_empty=True)
+        else:
+            files.write(name, _per_run_query(name, EMPTY_PARTITION), name, keep_empty=True)
+
+
+def _write_messages(files: _Files, above: int | None) -> None:
+    """messages: the texts above id `above` as new files beside the old ones, or (None) whole."""
+    if above is None:
+        files.write(INCREMENTAL, shared_query(INCREMENTAL), INCREMENTAL, keep_empty=True)
+        return
+    files.keep += files.old_of(INCREMENTAL)
+    files.write(INCREMENTAL, shared_query(INCREMENTAL).where(_MESSAGES.c.id > above), INCREMENTAL)
+
+
+def _write_ledger(files: _Files, above: int | None) -> None:
+    """loads: the units above id `above` (the ledger below it as it was), or (None) whole."""
+    if above is None:
+        files.write(LEDGER, shared_query(LEDGER), LEDGER, keep_empty=True)
+        return
+    files.keep += files.old_of(LEDGER)
+    files.write(LEDGER, shared_query(LEDGER).where(_LOADS.c.id > above), LEDGER)
+
+
+def _write_whole(files: _Files, incremental: bool) -> None:
+    """The other shared tables, whole; one that comes out as before keeps its old files (the new
+    ones, named nowhere, are removed at once)."""
+    for name in WHOLE:
+        written_before = len(files.written)
+        new = files.write(name, shared_query(name), name, keep_empty=True)
+        before = files.old_of(name) if incremental else []
+        if sorted(e["sha256"] for e in before) == sorted(e["sha256"] for e in new):
+            del files.written[written_before:]
+            files.keep += before
+            _delete(files.lake, [e["path"] for e in new])
+
+
+def _commit(lake: Lake, manifest: dict, views: bytes, written: list[dict], old: list[dict],
+            leftovers: list[str]) -> int:
+    """The new files made durable, the manifest put, then views.sql, then the files neither
+    names removed; returns how many of the old manifest's went."""
     if lake.local:  # the files on disk before the manifest that names them
         for entry in written:
             _fsync(lake.path(entry["path"]))
@@ -455,13 +496,11 @@ def _sync(conn: Connection, lake: Lake, old: dict | None, old_for_plan: dict | N
     # views.sql names the manifest's files one by one (a glob would see a later sync's files),
     # after the manifest: until it is replaced it names the last sync's files, still there.
     _put(lake, VIEWS_SQL, views)
-    named = {e["path"] for e in files}
-    gone = [e["path"] for e in old_files if e["path"] not in named]
+    named = {e["path"] for e in manifest["files"]}
+    gone = [e["path"] for e in old if e["path"] not in named]
     _delete(lake, gone + leftovers)  # only now: each file either manifest or views.sql names stayed till here
     _remove_temporary(lake)
-    info.changed = True
-    info.files_removed = len(gone)
-    return info
+    return len(gone)
 
 
 def _by_table(files: list[dict]) -> dict[str, list[str]]:
@@ -630,8 +669,7 @@ def _messages_still(conn: Connection, kept: dict | None) -> bool:
     return found is not None and bytes(found).hex() == kept["hash"]
 
 
-def _bookkeeping(conn: Connection, runs: dict[int, str], plan: _Plan, old: dict | None,
-                 messages_rewritten: bool, old_messages: dict | None) -> dict:
+def _bookkeeping(conn: Connection, runs: dict[int, str], plan: _Plan, old: dict | None) -> dict:
     last = conn.execute(select(func.coalesce(func.max(_LOADS.c.id), 0))).scalar_one()
     trials = plan.trials
     known = {int(run): entry for run, entry in old["bookkeeping"]["runs"].items()} if old else {}
