@@ -27,6 +27,9 @@ What each table gets:
   rename`, `runs label`), so each sync writes them whole; a table whose files come out byte for
   byte as before (same SHA-256) keeps its old files and the new ones are removed unlisted.
 
+A lake written under another schema revision is written anew (its columns are the old ones), as
+with `--full`.
+
 Which runs changed. The cost must follow the change, not the warehouse (a one-run ingest into a
 313,020-trial warehouse), so the sync asks the ledger, through indexed columns:
 
