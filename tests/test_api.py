@@ -211,6 +211,15 @@ def test_show_gives_the_trajectory(wh, db_url):
 
 # --- results -------------------------------------------------------------------------------------
 
+def test_lake_sync_writes_what_the_cli_writes(wh, db_url, tmp_path):
+    first = wh.lake_sync(tmp_path / "lake")
+    assert first.changed and first.sync == 1 and len(first.runs_new) == 2  # the sample's two runs
+    done = run_cli(db_url, "lake", "sync", str(tmp_path / "by-cli"))
+    assert done.returncode == 0 and done.stderr == first.line().replace(str(tmp_path / "lake"), str(tmp_path / "by-cli")) + "\n"
+    again = wh.lake_sync(tmp_path / "lake")
+    assert not again.changed and again.line() == f"Synced {tmp_path / 'lake'}: nothing changed (2 runs, sync 1)"
+
+
 def test_to_arrow_keeps_the_types_and_the_values(wh):
     runs = wh.query("runs")
     table = runs.to_arrow()
@@ -422,6 +431,8 @@ MISUSES = [
     (lambda wh: wh.show(10**30), ValueError, "trial must be from 0"),
     (lambda wh: wh.show("x", episode="1"), TypeError, "episode must be an int"),
     (lambda wh: wh.show("x", all_episodes="yes"), TypeError, "all_episodes must be True or False"),
+    (lambda wh: wh.lake_sync(5), TypeError, "out must be a str or a path"),
+    (lambda wh: wh.lake_sync("lake", full="yes"), TypeError, "full must be True or False"),
 ]
 
 

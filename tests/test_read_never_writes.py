@@ -39,6 +39,7 @@ def _commands() -> dict[str, list[str]]:
         "show": ["show", "{trial}"],
         "export-hub": ["export", "hub", "{out}"],
         "export-tables": ["export", "tables", "{out}"],
+        "lake-sync": ["lake", "sync", "{out}"],
         "report": ["report", "{out}"],
         "db-current": ["db", "current"],
         "db-check": ["db", "check"],
@@ -157,6 +158,8 @@ def test_read_command_leaves_every_file_as_it_was(kind, command, sample_warehous
             assert done.stdout.strip() == HEAD
         if command.startswith("export"):
             assert (out / "README.md").is_file()
+        if command == "lake-sync":
+            assert (out / "manifest.json").is_file()
         if command == "report":
             assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
         return
@@ -257,6 +260,7 @@ READONLY_COMMANDS = {
     "show": (["show", "{trial}"], "{trial}"),
     "search": (["search", "the", "--limit", "3"], "the"),
     "export-tables": (["export", "tables", "{out}"], None),
+    "lake-sync": (["lake", "sync", "{out}"], None),
 }
 
 
@@ -274,6 +278,8 @@ def test_read_commands_answer_from_a_read_only_mount(command, readonly_mounts, r
     assert done.returncode == 0, done.stderr
     if expected is not None:
         assert expected.format(**facts).lower() in done.stdout.lower()
+    elif command == "lake-sync":
+        assert (out / "manifest.json").is_file()
     else:
         assert (out / "runs" / "part-00000.parquet").is_file() and (out / "README.md").is_file()
     assert snapshot(source) == before

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from ingest.report import Progress, Summary
     from warehouse.filters import Filters
+    from warehouse.lake.sync import SyncInfo
     from warehouse.readonly import RowStream
 
 __all__ = ["IngestError", "Result", "Warehouse", "open"]
@@ -386,6 +387,20 @@ class Warehouse:
         engine = self.read_engine()
         with _errors():
             return load_trajectory(engine, trial, episode=episode, all_episodes=all_episodes, trace=trace, turns=turns)
+
+    def lake_sync(self, out: str | os.PathLike[str], /, *, full: bool = False) -> SyncInfo:
+        """Bring the lake at `out` (a folder or a file:// URL) up to date, as `warehouse lake
+        sync` does: only the runs new or changed since its last sync are written, then its
+        manifest, atomically (warehouse.lake.sync). Returns what it did (its `line()` is the
+        CLI's summary). `full`: write everything anew."""
+        from warehouse.lake.sync import sync_lake
+
+        out = check.path(out, "out")
+        check.flag(full, "full")
+        engine = self.read_engine()
+        with _errors():
+            return sync_lake(engine, out, full=full)
+
 
 
 def _filters(*, run: Any, task: Any, model: Any, agent: Any, label: Any, since: Any, until: Any) -> Filters | None:

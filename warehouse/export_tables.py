@@ -29,6 +29,7 @@ every episode's turns, about n^2/2 rows for a trajectory of n steps exported epi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from sqlalchemy import Column, Connection, Engine, Float, Integer, LargeBinary, Select, String, Text, inspect, select
 
@@ -92,15 +94,15 @@ def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -
             folder.mkdir()
             if name in RUN_SCOPED:
                 for run_id in run_ids:
-                    _write(conn, _run_query(name, run_id), folder / f"{PARTITION}={run_id}", info, name)
+                    _write(conn, run_query(name, run_id), folder / f"{PARTITION}={run_id}", info, name)
                 if name not in info.files:  # no rows in any run, or no runs at all
-                    _write(conn, _run_query(name, EMPTY_PARTITION), folder / f"{PARTITION}={EMPTY_PARTITION}",
+                    _write(conn, run_query(name, EMPTY_PARTITION), folder / f"{PARTITION}={EMPTY_PARTITION}",
                            info, name, keep_empty=True)
             else:  # runs, tasks, sources, loads, conflicts, messages, and any table added later
-                _write(conn, _shared_query(name), folder, info, name, keep_empty=True)
-        views = _view_definitions(conn)
+                _write(conn, shared_query(name), folder, info, name, keep_empty=True)
+        views = view_definitions(conn)
         info.views = list(views)
-        (staging / VIEWS_SQL).write_text(_views_sql(views), encoding="utf-8")
+        (staging / VIEWS_SQL).write_text(views_sql(views), encoding="utf-8")
         _write_readme(staging / "README.md", info)
     return info
 
@@ -108,7 +110,7 @@ def export_tables(engine: Engine, out_dir: str | Path, *, force: bool = False) -
 # --- the views -----------------------------------------------------------------------------
 
 
-def _view_definitions(conn: Connection) -> dict[str, str]:
+def view_definitions(conn: Connection) -> dict[str, str]:
     """Each view of the warehouse, its SELECT as the database holds it (so any view a later
     revision adds or changes is written as it is), a view after the views it reads."""
     inspector = inspect(conn)
@@ -124,18 +126,22 @@ def _view_definitions(conn: Connection) -> dict[str, str]:
     return ordered
 
 
-def _table_source(name: str) -> str:
-    """DuckDB's reading of a table's files, relative to OUT."""
-    if name in RUN_SCOPED:
-        return f"read_parquet('{name}/*/*.parquet', hive_partitioning = true)"
-    return f"read_parquet('{name}/*.parquet')"
+def _table_source(name: str, files: list[str] | None = None) -> str:
+    """DuckDB's reading of a table's files, relative to OUT: its folder's, or those listed."""
+    where = f"'{name}/*/*.parquet'" if name in RUN_SCOPED else f"'{name}/*.parquet'"
+    if files is not None:
+        where = "[" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "]"
+    return f"read_parquet({where}, hive_partitioning = true)" if name in RUN_SCOPED else f"read_parquet({where})"
 
 
-def _views_sql(views: dict[str, str]) -> str:
-    """views.sql: every table as a view over its files, then the warehouse's views over those."""
-    tables = "\n".join(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {_table_source(name)};" for name in TABLES)
+def views_sql(views: dict[str, str], files: dict[str, list[str]] | None = None,
+              by: str = "warehouse export tables") -> str:
+    """views.sql: every table as a view over its files (its folder's, or those `files` lists for
+    it: a lake's manifest), then the warehouse's views over those."""
+    tables = "\n".join(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM "
+                       f"{_table_source(name, None if files is None else files[name])};" for name in TABLES)
     defined = "\n\n".join(f"CREATE OR REPLACE VIEW {name} AS\n{select};" for name, select in views.items())
-    return f"""-- The warehouse's tables and views over this export, for DuckDB (written by `warehouse export tables`).
+    return f"""-- The warehouse's tables and views over this export, for DuckDB (written by `{by}`).
 -- Its paths are relative to this folder: run it here (`duckdb wh.duckdb < views.sql`; in Python
 -- `duckdb.connect().execute(open("views.sql").read())`), or first `SET file_search_path = 'OUT'`.
 -- A DuckDB database keeps the views, which read the files again at each query.
@@ -148,12 +154,12 @@ def _views_sql(views: dict[str, str]) -> str:
 """
 
 
-def _shared_query(name: str) -> Select:
+def shared_query(name: str) -> Select:
     table = TABLES[name]
     return select(table).order_by(*table.primary_key.columns)
 
 
-def _run_query(name: str, run_id: int) -> Select:
+def run_query(name: str, run_id: int) -> Select:
     table = TABLES[name]
     joins, order = RUN_SCOPED[name]
     columns = [c for c in table.c if not (table is TRIALS and c.name == PARTITION)]
@@ -163,33 +169,92 @@ def _run_query(name: str, run_id: int) -> Select:
     return stmt.where(TRIALS.c.run_id == run_id).order_by(*(table.c[c] for c in order))
 
 
-# --- writing -------------------------------------------------------------------------------
+# --- writing (shared with `lake sync`, warehouse.lake.sync) -----------------------------------
+
+
+@dataclass(frozen=True)
+class Part:
+    """One Parquet file written: its path on the file system it was written to, its rows, its
+    size and the SHA-256 of its bytes (hashed as they were written, not read back)."""
+
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
+
+
+def write_parts(conn: Connection, stmt: Select, fs: pafs.FileSystem, folder: str, *, stem: str = "part",
+                keep_empty: bool = False) -> list[Part]:
+    """Stream the statement's rows into folder/<stem>-00000.parquet, <stem>-00001.parquet, …,
+    each file one whole put (an object store needs no rename). No rows: no file, unless
+    `keep_empty` (one file holding the schema)."""
+    schema = pa.schema([pa.field(c.name, _arrow_type(c)) for c in stmt.selected_columns])
+    writer = _PartWriter(fs, folder, schema, stem)
+    result = conn.execution_options(yield_per=FETCH_ROWS).execute(stmt)
+    for rows in result.partitions():
+        writer.add(_batch(rows, stmt.selected_columns, schema))
+    return writer.close() if writer.n_rows or keep_empty else []
 
 
 def _write(conn: Connection, stmt: Select, folder: Path, info: TablesInfo, name: str,
            keep_empty: bool = False) -> None:
-    """Stream the statement's rows into folder/part-*.parquet."""
-    schema = pa.schema([pa.field(c.name, _arrow_type(c)) for c in stmt.selected_columns])
-    writer = _PartWriter(folder, schema)
-    result = conn.execution_options(yield_per=FETCH_ROWS).execute(stmt)
-    for rows in result.partitions():
-        writer.add(_batch(rows, stmt.selected_columns, schema))
-    if writer.n_rows or keep_empty:
-        info.files[name] = info.files.get(name, 0) + writer.close()
-    info.rows[name] = info.rows.get(name, 0) + writer.n_rows
+    """export_tables' use of write_parts: a local folder, rows and files counted in `info`."""
+    parts = write_parts(conn, stmt, _LOCAL, str(folder), keep_empty=keep_empty)
+    if parts:
+        info.files[name] = info.files.get(name, 0) + len(parts)
+    info.rows[name] = info.rows.get(name, 0) + sum(p.rows for p in parts)
+
+
+_LOCAL = pafs.LocalFileSystem()
+
+
+class _HashingStream:
+    """A file-like object over an output stream that hashes and counts what goes through it."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.sha256 = hashlib.sha256()
+        self.n_bytes = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        self.sha256.update(view)
+        self.n_bytes += view.nbytes
+        self._stream.write(data)
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self.n_bytes
+
+    def writable(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stream.close()
+            self.closed = True
 
 
 class _PartWriter:
-    """Record batches into part-00000.parquet, part-00001.parquet, … in row groups of up to
+    """Record batches into <stem>-00000.parquet, <stem>-00001.parquet, … in row groups of up to
     ROW_GROUP_ROWS rows or ROW_GROUP_BYTES, files of about PART_BYTES. Nothing is created
     until close() or the first full row group."""
 
-    def __init__(self, folder: Path, schema: pa.Schema):
+    def __init__(self, fs: pafs.FileSystem, folder: str, schema: pa.Schema, stem: str):
+        self.fs = fs
         self.folder = folder
         self.schema = schema
+        self.stem = stem
         self.n_rows = 0
-        self._n_files = 0
+        self.parts: list[Part] = []
         self._writer: pq.ParquetWriter | None = None
+        self._stream: _HashingStream | None = None
+        self._path = ""
+        self._file_rows = 0
         self._file_bytes = 0
         self._buffer: list[pa.RecordBatch] = []
         self._buffered_rows = 0
@@ -208,25 +273,35 @@ class _PartWriter:
             self._open()
         table = pa.Table.from_batches(self._buffer, schema=self.schema)
         self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        self._file_rows += table.num_rows
         self._file_bytes += self._buffered_bytes
         self._buffer, self._buffered_rows, self._buffered_bytes = [], 0, 0
 
     def _open(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._writer = pq.ParquetWriter(self.folder / f"part-{self._n_files:05d}.parquet", self.schema,
-                                        compression=COMPRESSION)
-        self._n_files += 1
-        self._file_bytes = 0
+        self._finish()
+        if not self.parts:
+            self.fs.create_dir(self.folder, recursive=True)
+        self._path = f"{self.folder}/{self.stem}-{len(self.parts):05d}.parquet"
+        self._stream = _HashingStream(self.fs.open_output_stream(self._path))
+        self._writer = pq.ParquetWriter(self._stream, self.schema, compression=COMPRESSION)
+        self.parts.append(Part(self._path, 0, 0, ""))  # completed by _finish
+        self._file_rows = self._file_bytes = 0
 
-    def close(self) -> int:
+    def _finish(self) -> None:
+        if self._writer is None:
+            return
+        self._writer.close()
+        self._stream.close()
+        self.parts[-1] = Part(self._path, self._file_rows, self._stream.n_bytes, self._stream.sha256.hexdigest())
+        self._writer = self._stream = None
+
+    def close(self) -> list[Part]:
         """Write what is buffered (an empty table still gets a file holding its schema);
-        returns the number of files."""
+        returns the files written."""
         if self._buffer or self._writer is None:
             self._flush()
-        self._writer.close()
-        return self._n_files
+        self._finish()
+        return self.parts
 
 
 def _arrow_type(column: Column) -> pa.DataType:

@@ -35,6 +35,7 @@ COMMANDS = {
     "loads": ("warehouse.cli.ledger", "The ledger by unit: each load (a shard, a trial folder) with its content hash, rows, trials, episodes, turns, bytes, rejections, conflicts, start, duration, and the code that loaded it."),
     "index": ("warehouse.cli.search", "The optional trigram index that speeds up `warehouse search`."),
     "export": ("warehouse.cli.export", "Write warehouse contents out as Parquet."),
+    "lake": ("warehouse.cli.lake", "Keep a lake of Parquet files current with the warehouse."),
     "serve": ("warehouse.cli.serve", "Browse the warehouse in a web browser: runs, trials, trajectories, diffs, queries, search."),
     "report": ("warehouse.cli.report", "Write an HTML report of the sweep: runs, pass rate with its interval, solve matrix, failures and lengths."),
 }

@@ -1,0 +1,53 @@
+"""`warehouse lake sync OUT`"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from warehouse.cli.app import app as root
+from warehouse.cli.context import state
+
+app = typer.Typer(no_args_is_help=True, help="""Keep a lake of Parquet files current with the warehouse.
+
+    Examples:
+
+    \b
+      warehouse lake sync lake
+    """)
+root.add_typer(app, name="lake")
+
+
+@app.command()
+def sync(
+    ctx: typer.Context,
+    out: Annotated[str, typer.Argument(
+        metavar="OUT", help="The lake: a folder (made if missing; its parent must exist), a file:// URL, or another "
+        "URL pyarrow can write (s3://…, gs://…).")],
+    full: Annotated[bool, typer.Option(
+        "--full", help="Write every table anew, whatever changed (dropping the texts deletes left behind).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what the sync did as one JSON object.")] = False,
+) -> None:
+    """Write what changed since the last sync into OUT, as `export tables` lays it out.
+
+    The first sync writes every table; later ones write only the runs that are new or changed
+    (their files anew), drop deleted runs' files, append new message texts and ledger units,
+    and rewrite the small shared tables. OUT/manifest.json lists the lake's files (table, run,
+    rows, bytes, SHA-256, loads) and is replaced atomically once they are all written: a reader
+    that takes its files never sees half a sync, and a killed sync leaves the last one whole.
+
+    Examples:
+
+    \b
+      warehouse lake sync lake
+      warehouse lake sync lake --json
+    """
+    engine = state(ctx).read_engine()
+    from warehouse.lake.sync import sync_lake  # pyarrow: imported by the command that uses it
+
+    info = sync_lake(engine, out, full=full)
+    if as_json:
+        typer.echo(json.dumps(info.to_dict()))
+    typer.echo(info.line(), err=True)
