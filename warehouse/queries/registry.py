@@ -45,6 +45,7 @@ from sqlalchemy.engine import URL
 from warehouse.numbers import rows_without_noise
 from warehouse.errors import ArgumentTypeError, ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
+from warehouse.lake import Lake
 from warehouse.queries import outcome
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, readonly_session
 from warehouse.runs import resolve_run
@@ -191,40 +192,53 @@ def bind_names(sql: str) -> frozenset[str]:
     return frozenset(text(sql).compile().params)
 
 
-def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | None = None, *,
+def run_canned(target: URL | str | Lake, query: CannedQuery, given: Mapping[str, Any] | None = None, *,
                filters: Filters | None = None, timeout: float = DEFAULT_TIMEOUT,
                summaries: bool = True) -> CannedResult:
-    """Run a canned query, read-only, narrowed by `filters`. `summaries=False` answers from the
-    base tables even where the summary tables could: the definition, which the tests hold the
-    summaries to."""
+    """Run a canned query, read-only, narrowed by `filters`, on a database (its URL) or a lake
+    (warehouse.lake.Lake: its tables' files, read by DuckDB or Spark). `summaries=False` answers
+    from the base tables even where the summary tables could: the definition, which the tests
+    hold the summaries to, and what a lake answers with."""
     values = query.values(given or {})
     filters = filters or Filters()
-    sql, post = query.plan(values, summaries, filters)
-    slots = query.summary_filter_slots if sql is query.summary_sql else query.filter_slots
+    if isinstance(target, Lake):
+        from warehouse.lake.engines import lake_session  # duckdb, pyspark, sqlglot: the lake's path alone
+
+        with lake_session(target, timeout=timeout) as session:
+            return _answer(session, query, values, filters, summaries=False)
     # The statements are all the library's own text (the values are bound), which lets the
     # session end with its statement's round trip (readonly_session, own_text).
-    with readonly_session(url, timeout=timeout, own_text=True) as session:
-        if values.get("threshold", SUCCESS_THRESHOLD) != SUCCESS_THRESHOLD:
-            check_threshold(values["threshold"], session.connection)  # outside [0, 1]: the rewards' range
-        # A value of a filter that matches nothing: said beside the (empty) answer, which stands.
-        note = filters.unmatched(session.connection) if filters.narrows_trials or filters.labels else None
-        for param in query.params:
-            if param.names_run and values[param.name] is not None:
-                values[param.name] = resolve_run(session.connection, values[param.name]).run_key
-        # Asked for only when the filters need it (Filters.needs_connection): the session's
-        # connection begins its transaction, a round trip the canned statement otherwise carries.
-        sql, filter_binds = narrow(sql, slots, filters, session.connection if filters.needs_connection else None)
-        sql = _flags_written_in(sql, query, values)
-        sql, outcome_binds, outcome_note = outcome.fill(sql, values, session.connection, filters)
-        filter_binds.update(outcome_binds)
-        note = "\n".join(line for line in (note, outcome_note) if line) or None
-        binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
-        # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
-        result = session.fetch(sql, binds, max_rows=None, last=not getattr(post, "reads_more", False))
-        columns, rows = result.columns, result.rows
-        if post is not None:
-            columns, rows = post(columns, rows, values,
-                                 lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
+    with readonly_session(target, timeout=timeout, own_text=True) as session:
+        return _answer(session, query, values, filters, summaries)
+
+
+def _answer(session: Any, query: CannedQuery, values: dict[str, Any], filters: Filters,
+            summaries: bool) -> CannedResult:
+    """The query's answer through one session: a database's (warehouse.readonly.ReadSession) or a
+    lake's (warehouse.lake.engines.LakeSession), which offer the same `connection` and `fetch`."""
+    sql, post = query.plan(values, summaries, filters)
+    slots = query.summary_filter_slots if sql is query.summary_sql else query.filter_slots
+    if values.get("threshold", SUCCESS_THRESHOLD) != SUCCESS_THRESHOLD:
+        check_threshold(values["threshold"], session.connection)  # outside [0, 1]: the rewards' range
+    # A value of a filter that matches nothing: said beside the (empty) answer, which stands.
+    note = filters.unmatched(session.connection) if filters.narrows_trials or filters.labels else None
+    for param in query.params:
+        if param.names_run and values[param.name] is not None:
+            values[param.name] = resolve_run(session.connection, values[param.name]).run_key
+    # Asked for only when the filters need it (Filters.needs_connection): the session's
+    # connection begins its transaction, a round trip the canned statement otherwise carries.
+    sql, filter_binds = narrow(sql, slots, filters, session.connection if filters.needs_connection else None)
+    sql = _flags_written_in(sql, query, values)
+    sql, outcome_binds, outcome_note = outcome.fill(sql, values, session.connection, filters)
+    filter_binds.update(outcome_binds)
+    note = "\n".join(line for line in (note, outcome_note) if line) or None
+    binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
+    # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
+    result = session.fetch(sql, binds, max_rows=None, last=not getattr(post, "reads_more", False))
+    columns, rows = result.columns, result.rows
+    if post is not None:
+        columns, rows = post(columns, rows, values,
+                             lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
     return CannedResult(columns, rows_without_noise(rows), note=note)
 
 
