@@ -40,6 +40,8 @@ from warehouse.lake.render import render
 from warehouse.readonly import ReadResult, check_timeout, too_long
 
 PARTITION = "run_id"
+# What every lake holds, whatever else it lacks (a folder of other Parquet files is not a lake).
+REQUIRED = ("runs", "trials")
 
 INSTALL_LAKE = "pip install 'trajectory-warehouse[lake]'"
 
@@ -49,6 +51,10 @@ def lake_session(lake: Lake, *, timeout: float) -> Iterator["LakeSession"]:
     """A session on `lake` for one answer (of several statements), within `timeout` seconds."""
     check_timeout(timeout)
     files = table_files(lake.path)
+    missing = [table for table in REQUIRED if table not in files]
+    if missing:
+        raise WarehouseError(f"{lake.path}: not a warehouse's lake (no {' or '.join(missing)} table): "
+                             "`warehouse export tables OUT` writes one")
     session = DuckDBSession(files, timeout) if lake.engine == "duckdb" else SparkLakeSession(files, timeout)
     try:
         yield session

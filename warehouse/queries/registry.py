@@ -126,8 +126,8 @@ Rows = list[tuple[Any, ...]]
 Read = Callable[[str, Mapping[str, Any]], Rows]
 # (columns, rows, parameter values, read) -> (columns, rows), for what SQL cannot do portably.
 PostProcess = Callable[[list[str], Rows, Mapping[str, Any], Read], tuple[list[str], Rows]]
-# (database URL, parameter values, filters, timeout) -> one line the CLI prints on stderr after a table.
-Footnote = Callable[[URL | str, Mapping[str, Any], "Filters", float], str]
+# (database URL or lake, parameter values, filters, timeout) -> one line the CLI prints on stderr after a table.
+Footnote = Callable[[URL | str | Lake, Mapping[str, Any], "Filters", float], str]
 
 
 def reads_more(post: PostProcess) -> PostProcess:
