@@ -34,7 +34,7 @@ query_app = typer.Typer(no_args_is_help=True, help="""Canned cross-run queries: 
       warehouse query list
       warehouse query runs
       warehouse query pass-rate --task 'fix-*' --by model
-      warehouse query pass-rate --by model --lake lake/ --engine spark
+      warehouse export tables lake && warehouse query pass-rate --lake lake
     """)
 app.add_typer(query_app, name="query")
 

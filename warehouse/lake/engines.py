@@ -142,8 +142,7 @@ class SparkLakeSession(LakeSession):
     _registered: tuple | None = None  # the files the process's Spark session has views of
 
     def __init__(self, files: Mapping[str, list[Path]], timeout: float):
-        self._spark = spark_session()  # before the clock starts: the JVM's start is not the query's time
-        super().__init__(timeout)
+        self._spark = spark_session()
         key = tuple((table, tuple(map(str, paths))) for table, paths in files.items())
         with SparkLakeSession._lock:
             if SparkLakeSession._registered != key:
@@ -154,6 +153,8 @@ class SparkLakeSession(LakeSession):
                         reader = reader.option("basePath", str(paths[0].parent.parent))
                     reader.parquet(*map(str, paths)).createOrReplaceTempView(table)
                 SparkLakeSession._registered = key
+        # The clock starts now: the JVM's start and the views' schemas read are not the query's time.
+        super().__init__(timeout)
 
     def _run(self, sql: str, seconds: float) -> tuple[list[str], list[tuple]]:
         from pyspark.errors import PySparkException  # noqa: PLC0415
