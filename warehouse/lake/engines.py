@@ -36,7 +36,6 @@ from typing import Any
 from warehouse.errors import WarehouseError, first_line
 from warehouse.lake import Lake
 from warehouse.lake.layout import table_files
-from warehouse.lake.render import render
 from warehouse.readonly import ReadResult, check_timeout, too_long
 
 PARTITION = "run_id"
@@ -50,6 +49,10 @@ INSTALL_LAKE = "pip install 'trajectory-warehouse[lake]'"
 def lake_session(lake: Lake, *, timeout: float) -> Iterator["LakeSession"]:
     """A session on `lake` for one answer (of several statements), within `timeout` seconds."""
     check_timeout(timeout)
+    try:
+        import sqlglot  # noqa: F401  (warehouse.lake.render's)
+    except ImportError:
+        raise WarehouseError("--lake needs sqlglot: pip install 'sqlglot>=30,<31'") from None
     files = table_files(lake.path)
     missing = [table for table in REQUIRED if table not in files]
     if missing:
@@ -80,11 +83,15 @@ class LakeSession:
     def fetch(self, sql: str, params: Mapping[str, Any] | None = None, *, max_rows: int | None = None,
               last: bool = False) -> ReadResult:
         """One statement of the warehouse's SQL (`:name` binds), answered by the engine."""
+        from warehouse.lake.render import render
+
         rendered = render(sql, params or {}, self.engine)
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise WarehouseError(too_long(self._timeout))
         columns, rows = self._run(rendered, left)
+        if time.monotonic() > self._deadline:  # the engine finished what it was told to stop
+            raise WarehouseError(too_long(self._timeout))
         truncated = max_rows is not None and len(rows) > max_rows
         return ReadResult(columns, rows[:max_rows] if truncated else rows, truncated)
 
@@ -94,7 +101,7 @@ class LakeSession:
     def _stopped(self, error: BaseException, timer: threading.Timer) -> WarehouseError:
         if not timer.is_alive() and time.monotonic() >= self._deadline:
             return WarehouseError(too_long(self._timeout))
-        return WarehouseError(f"{self.engine} error: {first_line(error)}")
+        return WarehouseError(f"{self.engine} error: {engine_message(error)}")
 
     def close(self) -> None:
         pass
@@ -105,7 +112,10 @@ class DuckDBSession(LakeSession):
 
     def __init__(self, files: Mapping[str, list[Path]], timeout: float):
         super().__init__(timeout)
-        import duckdb  # only on the lake's path: `warehouse --help` and the database's queries never load it
+        try:
+            import duckdb  # only on the lake's path: `warehouse --help` and the database's queries never load it
+        except ImportError:
+            raise WarehouseError(f"--lake needs duckdb: {INSTALL_LAKE}") from None
 
         self._duckdb = duckdb
         self._con = duckdb.connect(":memory:")
@@ -114,7 +124,10 @@ class DuckDBSession(LakeSession):
             listed = ", ".join(_quoted(str(p)) for p in paths)
             hive = f", hive_partitioning = true, hive_types = {{'{PARTITION}': BIGINT}}" if _run_scoped(paths) else \
                 ", hive_partitioning = false"
-            self._con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM read_parquet([{listed}]{hive})')
+            try:
+                self._con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM read_parquet([{listed}]{hive})')
+            except duckdb.Error as e:  # a file that is not Parquet
+                raise WarehouseError(f"duckdb error: {first_line(e)}") from None
 
     def _run(self, sql: str, seconds: float) -> tuple[list[str], list[tuple]]:
         timer = threading.Timer(seconds, self._con.interrupt)
@@ -143,15 +156,19 @@ class SparkLakeSession(LakeSession):
 
     def __init__(self, files: Mapping[str, list[Path]], timeout: float):
         self._spark = spark_session()
-        key = tuple((table, tuple(map(str, paths))) for table, paths in files.items())
+        # The files as they are now: a folder exported again (`export tables --force`) has new
+        # files under the same names, and Spark's views hold the files' sizes.
+        key = tuple((table, tuple((str(p), *_stat(p)) for p in paths)) for table, paths in files.items())
+        # The views are the process's (one lake at a time): registered again for another lake.
         with SparkLakeSession._lock:
             if SparkLakeSession._registered != key:
                 SparkLakeSession._registered = None
-                for table, paths in files.items():
-                    reader = self._spark.read
-                    if _run_scoped(paths):  # the partition folders give run_id
-                        reader = reader.option("basePath", str(paths[0].parent.parent))
-                    reader.parquet(*map(str, paths)).createOrReplaceTempView(table)
+                with _spark_errors():
+                    for table, paths in files.items():
+                        reader = self._spark.read
+                        if _run_scoped(paths):  # the partition folders give run_id
+                            reader = reader.option("basePath", str(paths[0].parent.parent))
+                        reader.parquet(*map(str, paths)).createOrReplaceTempView(table)
                 SparkLakeSession._registered = key
         # The clock starts now: the JVM's start and the views' schemas read are not the query's time.
         super().__init__(timeout)
@@ -173,6 +190,38 @@ class SparkLakeSession(LakeSession):
         finally:
             timer.cancel()
         return list(frame.columns), [tuple(_python(v) for v in row) for row in rows]
+
+
+@contextmanager
+def _spark_errors() -> Iterator[None]:
+    """Spark's errors (a file that is not Parquet) in one line."""
+    from py4j.protocol import Py4JJavaError  # noqa: PLC0415
+    from pyspark.errors import PySparkException  # noqa: PLC0415
+
+    try:
+        yield
+    except (PySparkException, Py4JJavaError) as e:
+        raise WarehouseError(f"spark error: {engine_message(e)}") from None
+
+
+def engine_message(error: BaseException) -> str:
+    """An engine's error in one line: a Java exception's own message (py4j's first line says only
+    which call failed)."""
+    java = getattr(error, "java_exception", None)
+    if java is not None:
+        try:
+            return first_line(str(java.getMessage()))
+        except Exception:  # noqa: BLE001 (the JVM gone: py4j's text is all there is)
+            pass
+    return first_line(error)
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    try:
+        found = path.stat()
+    except OSError as e:  # a manifest naming a file that is not there
+        raise WarehouseError(f"{path}: cannot read: {e.strerror or e}") from None
+    return found.st_size, found.st_mtime_ns
 
 
 def _python(value: Any) -> Any:
