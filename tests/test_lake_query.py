@@ -25,7 +25,7 @@ from sqlalchemy import select, update
 
 import forked_cli
 import query_fixture
-from conftest import BACKENDS, fresh_warehouse
+from conftest import BACKENDS, REQUIRE_SPARK, fresh_warehouse
 from query_fixture import cli
 from test_query_filters import CASES, _decorate
 from warehouse.db import models
@@ -36,7 +36,6 @@ from warehouse.filters import Filters
 from warehouse.lake import Lake
 from warehouse.queries import QUERIES, run_canned
 
-REQUIRE_SPARK = bool(os.environ.get("CI") or os.environ.get("WAREHOUSE_REQUIRE_SPARK"))
 KEY = "clawbench.accuracy"  # dotted: one key, not a path
 ODD = 'odd "key\\'
 

@@ -4,6 +4,10 @@ A canned query is data: a name, a description, its parameters, one portable SQL 
 (a file beside this module) and, where SQL alone cannot finish the job portably, a function
 that post-processes the rows. It runs through the same read-only path as `warehouse sql`.
 
+It runs on a database or on a lake (warehouse.lake: the tables' Parquet files, read by DuckDB
+or Spark), through one path (run_canned, _answer): on a lake the statements are rendered for the
+engine (warehouse.lake.render), and the lake answers with the definition.
+
 The statement over the base tables is the query's definition. Most queries also have a second
 statement answering the same from the summary tables (warehouse.summaries), which hold only what
 the default --threshold needs: that one runs whenever the threshold is the default (or the query
