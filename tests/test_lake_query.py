@@ -260,3 +260,23 @@ def test_the_api_answers_from_a_lake(exported):
         warehouse.open_lake(out, engine="trino")
     with pytest.raises(WarehouseError, match="no canned query 'nosuch'"):
         lake.query("nosuch")
+
+
+def test_a_manifests_lake_is_its_manifests_files(exported, tmp_path):
+    """A file a sync has written but its manifest does not list yet is not read: a copy of a
+    run's trials beside them would count each twice."""
+    url, out = exported
+    lake = tmp_path / "synced"
+    shutil.copytree(out, lake)
+    files = sorted(p for p in lake.rglob("*.parquet"))
+    (lake / "manifest.json").write_text(json.dumps({
+        "format": "trajectory-warehouse-lake", "version": 1, "sync": 1, "synced_at": "2026-12-03T10:00:00+00:00",
+        "files": [{"path": p.relative_to(lake).as_posix(), "table": p.relative_to(lake).parts[0],
+                   "run_id": None} for p in files]}))
+    first = sorted((lake / "trials").glob("run_id=*/*.parquet"))[0]
+    shutil.copy(first, first.with_name("part-s2-00000.parquet"))  # the next sync's, not listed yet
+    want = run_canned(url, QUERIES["runs"], summaries=False)
+    assert _answer(Lake(lake), "runs", {}, Filters()).rows == want.rows
+    (lake / "manifest.json").unlink()  # globbed now: the stray file counts
+    doubled = _answer(Lake(lake), "runs", {}, Filters()).rows
+    assert doubled != want.rows and sum(row[2] for row in doubled) > sum(row[2] for row in want.rows)
