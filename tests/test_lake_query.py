@@ -280,3 +280,26 @@ def test_a_manifests_lake_is_its_manifests_files(exported, tmp_path):
     (lake / "manifest.json").unlink()  # globbed now: the stray file counts
     doubled = _answer(Lake(lake), "runs", {}, Filters()).rows
     assert doubled != want.rows and sum(row[2] for row in doubled) > sum(row[2] for row in want.rows)
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_values_are_written_in_as_what_they_are(exported, engine, request):
+    """Binds become literals that each engine reads back as the value (Spark reads `\\` in a
+    string as an escape; a float is a DOUBLE, not a DECIMAL; a time is a moment in UTC)."""
+    from datetime import datetime, timedelta, timezone
+
+    from warehouse.lake.engines import lake_session
+
+    if engine == "spark":
+        request.getfixturevalue("spark")
+    _, out = exported
+    values = {"s": 'a\\b "c" \'d\' 100% _x_ Déjà', "f": 0.1, "i": -7, "n": None,
+              "t": datetime(2024, 1, 1, 12, 30, tzinfo=timezone(timedelta(hours=2))),
+              "p": "a\\\\b %", "q": "a\\_%"}  # LIKE patterns: `\\` a backslash, `\_` an underscore
+    with lake_session(Lake(out, engine), timeout=600) as session:
+        row = session.fetch("SELECT :s AS s, :f AS f, :i AS i, :n AS n, :t AS t, "
+                            "CASE WHEN :s LIKE :p ESCAPE '\\' THEN 1 ELSE 0 END AS backslash, "
+                            "CASE WHEN :s LIKE :q ESCAPE '\\' THEN 1 ELSE 0 END AS underscore", values).rows[0]
+    assert row[:4] == (values["s"], 0.1, -7, None) and isinstance(row[1], float)
+    assert row[4] == datetime(2024, 1, 1, 10, 30, tzinfo=timezone.utc)
+    assert row[5:] == (1, 0)  # the value has a backslash after `a`, not an underscore
