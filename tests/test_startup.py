@@ -40,9 +40,10 @@ with open(out, "w") as f:
 # migrations and tests use them), Alembic (the schema check reads alembic_version itself);
 # pydantic, which Typer 0.29 and later import and build validators with for every command
 # (about 70 ms; pyproject keeps Typer below it); the web viewer and its stack, which only `serve`
-# imports.
+# imports; the lake's engines and SQL renderer, which only `query --lake` imports.
 NOT_FOR_READS = ("pyarrow", "ingest", "warehouse.db.models", "rich", "alembic", "pandas", "pydantic",
-                 "flask", "werkzeug", "jinja2", "warehouse.serve", "warehouse.cli.serve")
+                 "flask", "werkzeug", "jinja2", "warehouse.serve", "warehouse.cli.serve",
+                 "duckdb", "pyspark", "py4j", "sqlglot", "warehouse.lake.engines", "warehouse.lake.render")
 NOT_FOR_SQLITE = ("psycopg", "pglast", "sqlalchemy.dialects.postgresql")
 NOT_FOR_POSTGRES = ("sqlalchemy.dialects.sqlite",)
 

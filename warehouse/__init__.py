@@ -1,12 +1,13 @@
 """The trajectory warehouse: agent trajectories from Harbor runs and Hub datasets, in SQL.
 
 The Python API (warehouse.api): `warehouse.open(db)` gives a `Warehouse`, whose reads return a
-`Result`; errors are `WarehouseError`s. They, and `__version__` (warehouse.version), are imported
-on first use, not here: every CLI start imports this package."""
+`Result` (as do the canned queries of a lake, `warehouse.open_lake(OUT)`); errors are
+`WarehouseError`s. They, and `__version__` (warehouse.version), are imported on first use, not
+here: every CLI start imports this package."""
 
-__all__ = ["IngestError", "Result", "Warehouse", "WarehouseError", "open"]
+__all__ = ["IngestError", "Result", "Warehouse", "WarehouseError", "open", "open_lake"]
 
-_API = {"open", "Warehouse", "Result", "IngestError"}
+_API = {"open", "open_lake", "Warehouse", "Result", "IngestError"}
 
 
 def __getattr__(name: str):

@@ -43,10 +43,11 @@ if TYPE_CHECKING:
 
     from ingest.report import Progress, Summary
     from warehouse.filters import Filters
+    from warehouse.lake import Lake
     from warehouse.lake.sync import SyncInfo
     from warehouse.readonly import RowStream
 
-__all__ = ["IngestError", "Result", "Warehouse", "open"]
+__all__ = ["IngestError", "Result", "Warehouse", "open", "open_lake"]
 
 
 def open(db: str | os.PathLike[str] | None = None) -> Warehouse:  # noqa: A001 (warehouse.open, as sqlite3.connect)
@@ -299,18 +300,8 @@ class Warehouse:
         prefixes or names), `task` (globs), `model`, `agent`, each one value or several; `label`
         "key=value", several, or a dict; `since` and `until` a window on the trials' start (a date,
         a datetime, or text as `--since` takes it)."""
-        from warehouse.queries import QUERIES, run_canned
-
-        check.text(name, "the query's name")
-        canned = QUERIES.get(name) or QUERIES.get(name.replace("_", "-"))
-        if canned is None:
-            raise WarehouseError(f"no canned query {name!r}: the queries are {', '.join(QUERIES)}")
         filters = _filters(run=run, task=task, model=model, agent=agent, label=label, since=since, until=until)
-        canned.values(params)  # a parameter it has not, a value it refuses: before connecting
-        self._ready_for_reads()
-        with _errors():
-            result = run_canned(self.url, canned, params, timeout=timeout, filters=filters)
-        return Result(result.columns, result.rows, note=result.note)
+        return _canned(self.url, name, filters, timeout, params, ready=self._ready_for_reads)
 
     def sql(self, text: str, params: Mapping[str, Any] | None = None, /, *,
             timeout: float = DEFAULT_TIMEOUT, max_rows: int | None = DEFAULT_MAX_ROWS,
@@ -401,6 +392,33 @@ class Warehouse:
         with _errors():
             return sync_lake(engine, out, full=full)
 
+
+
+def open_lake(path: str | os.PathLike[str], engine: str = "duckdb") -> Lake:
+    """The lake at `path` (a folder `warehouse export tables` or `lake sync` wrote), read by
+    `engine`: "duckdb" (in this process) or "spark" (local mode; pyspark and Java 17). Nothing
+    is read yet: a missing folder raises when first queried."""
+    from warehouse.lake import Lake
+
+    return Lake(check.path(path, "the lake's folder"), check.text(engine, "engine"))
+
+
+def _canned(target: Any, name: str, filters: Filters | None, timeout: float, params: Mapping[str, Any], *,
+            ready: Callable[[], None] | None = None) -> Result:
+    """A canned query's answer from a database (its URL) or a lake (warehouse.lake.Lake): what
+    Warehouse.query and Lake.query share. `ready` checks the target before it is read."""
+    from warehouse.queries import QUERIES, run_canned
+
+    check.text(name, "the query's name")
+    canned = QUERIES.get(name) or QUERIES.get(name.replace("_", "-"))
+    if canned is None:
+        raise WarehouseError(f"no canned query {name!r}: the queries are {', '.join(QUERIES)}")
+    canned.values(params)  # a parameter it has not, a value it refuses: before connecting
+    if ready is not None:
+        ready()
+    with _errors():
+        result = run_canned(target, canned, params, timeout=timeout, filters=filters)
+    return Result(result.columns, result.rows, note=result.note)
 
 
 def _filters(*, run: Any, task: Any, model: Any, agent: Any, label: Any, since: Any, until: Any) -> Filters | None:

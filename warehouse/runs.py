@@ -109,10 +109,18 @@ def with_run_names(columns: Sequence[str], rows: Iterable[Sequence[Any]], names:
 
 
 def run_names(url: Any, timeout: float) -> dict[str, str | None]:
-    """{run key: name} of every run (runs are few), read-only (with_run_names)."""
+    """{run key: name} of every run (runs are few), read-only (with_run_names), from a database
+    (its URL) or a lake (warehouse.lake.Lake)."""
+    from warehouse.lake import Lake
     from warehouse.readonly import readonly_session
 
-    with readonly_session(url, timeout=timeout, own_text=True) as session:
+    if isinstance(url, Lake):
+        from warehouse.lake.engines import lake_session
+
+        opened = lake_session(url, timeout=timeout)
+    else:
+        opened = readonly_session(url, timeout=timeout, own_text=True)
+    with opened as session:
         return dict(session.fetch("SELECT run_key, name FROM runs", {}, max_rows=None, last=True).rows)
 
 

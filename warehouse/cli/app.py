@@ -136,7 +136,9 @@ def _global(
 ) -> None:
     from warehouse.cli.context import State  # SQLAlchemy: not for `--help`
 
-    ctx.obj = State(db=db)
+    # By name: Typer may bring a Click of its own, whose ParameterSource is another class.
+    typed = getattr(ctx.get_parameter_source("db"), "name", None) == "COMMANDLINE"
+    ctx.obj = State(db=db, db_typed=typed)
 
 
 def _register() -> None:

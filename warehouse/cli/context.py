@@ -16,6 +16,7 @@ from warehouse.api import Warehouse
 @dataclass
 class State:
     db: str | None = None
+    db_typed: bool = False  # --db was given (not $WAREHOUSE_DB): what --lake may not be given with
     _warehouse: Warehouse | None = field(default=None, repr=False)
 
     @property

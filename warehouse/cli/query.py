@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
@@ -15,13 +16,17 @@ from warehouse.cli.filtering import filter_parameters, filters_from
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
 from warehouse.cli.shared import choice_list
 from warehouse.errors import ArgumentValueError, WarehouseError
+from warehouse.lake import ENGINES
 from warehouse.queries import QUERIES, CannedQuery, IntList, Param
 from warehouse.readonly import DEFAULT_TIMEOUT
 from warehouse.runs import RUN_NAME_COLUMNS, run_names, with_run_names
 
+Engine = Enum("Engine", {name: name for name in ENGINES}, type=str)
+
 query_app = typer.Typer(no_args_is_help=True, help="""Canned cross-run queries: `warehouse query list` shows them.
 
-    Each takes --run, --task, --model, --agent, --label, --since and --until to narrow it.
+    Each takes --run, --task, --model, --agent, --label, --since and --until to narrow it, and
+    --lake OUT [--engine duckdb|spark] to answer from a lake instead of the database.
 
     Examples:
 
@@ -29,6 +34,7 @@ query_app = typer.Typer(no_args_is_help=True, help="""Canned cross-run queries: 
       warehouse query list
       warehouse query runs
       warehouse query pass-rate --task 'fix-*' --by model
+      warehouse export tables lake && warehouse query pass-rate --lake lake
     """)
 app.add_typer(query_app, name="query")
 
@@ -69,6 +75,11 @@ def examples_help(lines: tuple[str, ...]) -> str:
 
 
 TimeoutOption = Annotated[float, typer.Option("--timeout", help="Stop the query after this many seconds.")]
+LakeOption = Annotated[Optional[Path], typer.Option(
+    "--lake", metavar="OUT", show_default=False,
+    help="Answer from this lake (a folder `export tables` or `lake sync` wrote) instead of the database.")]
+EngineOption = Annotated[Engine, typer.Option("--engine", help="What reads the lake: duckdb (in-process) or "
+                                              "spark (local mode; needs pyspark and Java 17).")]
 
 @query_app.command("list")
 def list_queries(fmt: FormatOption = Format.table, wide: WideOption = False) -> None:
@@ -126,13 +137,25 @@ _KEEP = {"compare-test": ("verdict", "kind"), "compare": ("flip",), "leaderboard
 _RUNS_IN = {"compare-test": {"a": "a_name", "b": "b_name"}}
 
 
+def _target(ctx: typer.Context, lake: Path | None, engine: Engine) -> Any:
+    """What answers: the database (--db), or the lake --lake names, read by --engine."""
+    if lake is None:
+        return state(ctx).warehouse
+    if state(ctx).db_typed:
+        raise WarehouseError("--lake and --db name two places to answer from: give one")
+    from warehouse.api import open_lake
+
+    return open_lake(lake, engine.value)
+
+
 def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple[str, ...] | None = None,
              *, callback: bool = False) -> None:
     """`query`'s command on `group` (`warehouse query NAME`, or a top-level command); with
     `callback`, the command `group` itself runs when no command of it is named."""
     positional = [p for p in query.params if p.positional]
 
-    def command(ctx: typer.Context, format: Format, wide: bool, timeout: float, **values: Any) -> None:
+    def command(ctx: typer.Context, format: Format, wide: bool, timeout: float, lake: Path | None, engine: Engine,
+                **values: Any) -> None:
         if ctx.invoked_subcommand is not None:
             return
         filters = filters_from(values)
@@ -149,18 +172,19 @@ def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple
             raise  # a value outside its range: one line, as --confidence's and --timeout's
         except WarehouseError as exc:
             raise typer.BadParameter(str(exc)) from None
-        wh = state(ctx).warehouse
-        result = wh.query(query.name, timeout=timeout, **filters.keywords(), **values)
+        target = _target(ctx, lake, engine)
+        result = target.query(query.name, timeout=timeout, **filters.keywords(), **values)
+        where = target if lake is not None else target.url  # what run_names and the footnote read
         columns, rows = result.columns, result.rows
         if format is Format.table:  # runs by name as well as key, for people (CSV and JSON stay as they are)
-            columns, rows = with_run_names(columns, rows, lambda: run_names(wh.url, timeout),
+            columns, rows = with_run_names(columns, rows, lambda: run_names(where, timeout),
                                            {**RUN_NAME_COLUMNS, **_RUNS_IN.get(query.name, {})})
         write_rows(columns, rows, format, wide=wide, keep=_KEEP.get(query.name, ()))
         for line in (result.note or "").splitlines():
             echo_err(f"note: {line}", wrap=True)
         if query.footnote is not None and format is Format.table:
             # On stderr, so that it reaches the reader however stdout is redirected.
-            echo_err(query.footnote(wh.url, values, filters, timeout), wrap=True)
+            echo_err(query.footnote(where, values, filters, timeout), wrap=True)
 
     command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
@@ -171,6 +195,8 @@ def register(query: CannedQuery, group: typer.Typer = query_app, examples: tuple
         inspect.Parameter("wide", inspect.Parameter.KEYWORD_ONLY, annotation=WideOption, default=False),
         inspect.Parameter("timeout", inspect.Parameter.KEYWORD_ONLY, annotation=TimeoutOption,
                           default=DEFAULT_TIMEOUT),
+        inspect.Parameter("lake", inspect.Parameter.KEYWORD_ONLY, annotation=LakeOption, default=None),
+        inspect.Parameter("engine", inspect.Parameter.KEYWORD_ONLY, annotation=EngineOption, default=Engine.duckdb),
     ])
     shown = EXAMPLES.get(query.name, ()) if examples is None else examples
     help_text = inspect.cleandoc(query.description) + "\n\n" + examples_help(shown)

@@ -63,7 +63,7 @@ def _store_db(ctx: Any, param: Any, value: str | None) -> str | None:
 
     state = ctx.find_root().obj
     if value is not None and isinstance(state, State):
-        state.db = value
+        state.db, state.db_typed = value, True
     return value
 
 

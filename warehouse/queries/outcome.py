@@ -28,11 +28,19 @@ DEFAULT_NOTE = "errors: counted as failures (--errors exclude leaves them out)"
 _VALUE = {
     "sqlite": "(SELECT j.value FROM json_each({t}.rewards) j WHERE j.key = :metric)",
     "postgresql": "CAST({t}.rewards ->> :metric AS DOUBLE PRECISION)",
+    # A lake's engines (warehouse.lake) hold rewards as JSON text. DuckDB finds the key by its
+    # JSON Pointer (`/` and `~` escaped: any key, dots and all); Spark reads the object as a map.
+    "duckdb": "TRY_CAST(json_extract_string({t}.rewards, '/' || replace(replace(:metric, '~', '~0'), '/', '~1'))"
+              " AS DOUBLE PRECISION)",
+    "spark": "TRY_CAST(try_element_at(from_json({t}.rewards, 'map<string,string>'), :metric) AS DOUBLE PRECISION)",
 }
 # A few of the keys the trials hold, for the error naming an unknown one.
 _KEYS = {
     "sqlite": "SELECT DISTINCT j.key FROM trials t, json_each(t.rewards) j ORDER BY 1 LIMIT 6",
     "postgresql": "SELECT DISTINCT jsonb_object_keys(t.rewards) AS key FROM trials t ORDER BY 1 LIMIT 6",
+    "duckdb": "SELECT DISTINCT k.key FROM (SELECT unnest(json_keys(t.rewards)) AS key FROM trials t) k ORDER BY 1 LIMIT 6",
+    "spark": "SELECT DISTINCT k.key FROM (SELECT explode(json_object_keys(t.rewards)) AS key FROM trials t) k "
+             "ORDER BY 1 LIMIT 6",
 }
 
 

@@ -4,6 +4,10 @@ A canned query is data: a name, a description, its parameters, one portable SQL 
 (a file beside this module) and, where SQL alone cannot finish the job portably, a function
 that post-processes the rows. It runs through the same read-only path as `warehouse sql`.
 
+It runs on a database or on a lake (warehouse.lake: the tables' Parquet files, read by DuckDB
+or Spark), through one path (run_canned, _answer): on a lake the statements are rendered for the
+engine (warehouse.lake.render), and the lake answers with the definition.
+
 The statement over the base tables is the query's definition. Most queries also have a second
 statement answering the same from the summary tables (warehouse.summaries), which hold only what
 the default --threshold needs: that one runs whenever the threshold is the default (or the query
@@ -45,6 +49,7 @@ from sqlalchemy.engine import URL
 from warehouse.numbers import rows_without_noise
 from warehouse.errors import ArgumentTypeError, ArgumentValueError, WarehouseError
 from warehouse.filters import Filters
+from warehouse.lake import Lake
 from warehouse.queries import outcome
 from warehouse.readonly import DEFAULT_TIMEOUT, ReadResult, readonly_session
 from warehouse.runs import resolve_run
@@ -125,8 +130,8 @@ Rows = list[tuple[Any, ...]]
 Read = Callable[[str, Mapping[str, Any]], Rows]
 # (columns, rows, parameter values, read) -> (columns, rows), for what SQL cannot do portably.
 PostProcess = Callable[[list[str], Rows, Mapping[str, Any], Read], tuple[list[str], Rows]]
-# (database URL, parameter values, filters, timeout) -> one line the CLI prints on stderr after a table.
-Footnote = Callable[[URL | str, Mapping[str, Any], "Filters", float], str]
+# (database URL or lake, parameter values, filters, timeout) -> one line the CLI prints on stderr after a table.
+Footnote = Callable[[URL | str | Lake, Mapping[str, Any], "Filters", float], str]
 
 
 def reads_more(post: PostProcess) -> PostProcess:
@@ -191,40 +196,53 @@ def bind_names(sql: str) -> frozenset[str]:
     return frozenset(text(sql).compile().params)
 
 
-def run_canned(url: URL | str, query: CannedQuery, given: Mapping[str, Any] | None = None, *,
+def run_canned(target: URL | str | Lake, query: CannedQuery, given: Mapping[str, Any] | None = None, *,
                filters: Filters | None = None, timeout: float = DEFAULT_TIMEOUT,
                summaries: bool = True) -> CannedResult:
-    """Run a canned query, read-only, narrowed by `filters`. `summaries=False` answers from the
-    base tables even where the summary tables could: the definition, which the tests hold the
-    summaries to."""
+    """Run a canned query, read-only, narrowed by `filters`, on a database (its URL) or a lake
+    (warehouse.lake.Lake: its tables' files, read by DuckDB or Spark). `summaries=False` answers
+    from the base tables even where the summary tables could: the definition, which the tests
+    hold the summaries to, and what a lake answers with."""
     values = query.values(given or {})
     filters = filters or Filters()
-    sql, post = query.plan(values, summaries, filters)
-    slots = query.summary_filter_slots if sql is query.summary_sql else query.filter_slots
+    if isinstance(target, Lake):
+        from warehouse.lake.engines import lake_session  # duckdb, pyspark, sqlglot: the lake's path alone
+
+        with lake_session(target, timeout=timeout) as session:
+            return _answer(session, query, values, filters, summaries=False)
     # The statements are all the library's own text (the values are bound), which lets the
     # session end with its statement's round trip (readonly_session, own_text).
-    with readonly_session(url, timeout=timeout, own_text=True) as session:
-        if values.get("threshold", SUCCESS_THRESHOLD) != SUCCESS_THRESHOLD:
-            check_threshold(values["threshold"], session.connection)  # outside [0, 1]: the rewards' range
-        # A value of a filter that matches nothing: said beside the (empty) answer, which stands.
-        note = filters.unmatched(session.connection) if filters.narrows_trials or filters.labels else None
-        for param in query.params:
-            if param.names_run and values[param.name] is not None:
-                values[param.name] = resolve_run(session.connection, values[param.name]).run_key
-        # Asked for only when the filters need it (Filters.needs_connection): the session's
-        # connection begins its transaction, a round trip the canned statement otherwise carries.
-        sql, filter_binds = narrow(sql, slots, filters, session.connection if filters.needs_connection else None)
-        sql = _flags_written_in(sql, query, values)
-        sql, outcome_binds, outcome_note = outcome.fill(sql, values, session.connection, filters)
-        filter_binds.update(outcome_binds)
-        note = "\n".join(line for line in (note, outcome_note) if line) or None
-        binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
-        # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
-        result = session.fetch(sql, binds, max_rows=None, last=not getattr(post, "reads_more", False))
-        columns, rows = result.columns, result.rows
-        if post is not None:
-            columns, rows = post(columns, rows, values,
-                                 lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
+    with readonly_session(target, timeout=timeout, own_text=True) as session:
+        return _answer(session, query, values, filters, summaries)
+
+
+def _answer(session: Any, query: CannedQuery, values: dict[str, Any], filters: Filters,
+            summaries: bool) -> CannedResult:
+    """The query's answer through one session: a database's (warehouse.readonly.ReadSession) or a
+    lake's (warehouse.lake.engines.LakeSession), which offer the same `connection` and `fetch`."""
+    sql, post = query.plan(values, summaries, filters)
+    slots = query.summary_filter_slots if sql is query.summary_sql else query.filter_slots
+    if values.get("threshold", SUCCESS_THRESHOLD) != SUCCESS_THRESHOLD:
+        check_threshold(values["threshold"], session.connection)  # outside [0, 1]: the rewards' range
+    # A value of a filter that matches nothing: said beside the (empty) answer, which stands.
+    note = filters.unmatched(session.connection) if filters.narrows_trials or filters.labels else None
+    for param in query.params:
+        if param.names_run and values[param.name] is not None:
+            values[param.name] = resolve_run(session.connection, values[param.name]).run_key
+    # Asked for only when the filters need it (Filters.needs_connection): the session's
+    # connection begins its transaction, a round trip the canned statement otherwise carries.
+    sql, filter_binds = narrow(sql, slots, filters, session.connection if filters.needs_connection else None)
+    sql = _flags_written_in(sql, query, values)
+    sql, outcome_binds, outcome_note = outcome.fill(sql, values, session.connection, filters)
+    filter_binds.update(outcome_binds)
+    note = "\n".join(line for line in (note, outcome_note) if line) or None
+    binds = {name: filter_binds[name] if name in filter_binds else values[name] for name in bind_names(sql)}
+    # Canned results are aggregates (at most tasks x runs rows), so they are not capped.
+    result = session.fetch(sql, binds, max_rows=None, last=not getattr(post, "reads_more", False))
+    columns, rows = result.columns, result.rows
+    if post is not None:
+        columns, rows = post(columns, rows, values,
+                             lambda more, more_binds: session.fetch(more, more_binds, max_rows=None).rows)
     return CannedResult(columns, rows_without_noise(rows), note=note)
 
 
