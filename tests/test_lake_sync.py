@@ -538,3 +538,30 @@ def test_two_syncs_at_once(db_url, engine, tmp_path):
     finally:
         os.close(fd)
     assert run_cli(db_url, "lake", "sync", str(out)).returncode == 0
+
+
+def test_the_canned_queries_answer_on_a_synced_lake_as_on_the_warehouse(engine, tmp_path):
+    """`query --lake` reads a lake `lake sync` keeps (its manifest's files): after the first sync
+    and after an incremental one, every canned query answers there as the warehouse does."""
+    from warehouse.lake import Lake
+    from warehouse.queries import QUERIES, run_canned
+
+    def same(name: str, lake: Lake) -> None:
+        keys = [row[0] for row in run_canned(engine.url, QUERIES["runs"]).rows]
+        given = {"a": keys[0], "b": keys[-1]} if {"a", "b"} <= {p.name for p in QUERIES[name].params} else {}
+        want = run_canned(engine.url, QUERIES[name], given, summaries=False)
+        got = run_canned(lake, QUERIES[name], given)
+        assert got.columns == want.columns, name
+        assert [tuple(round(v, 9) if isinstance(v, float) else v for v in row) for row in got.rows] == \
+            [tuple(round(v, 9) if isinstance(v, float) else v for v in row) for row in want.rows], name
+
+    query_fixture.build(engine)
+    out = tmp_path / "lake"
+    sync_lake(engine, out)
+    lake = Lake(out, "duckdb")
+    for name in ("runs", "pass-rate", "solve-matrix", "loads"):
+        same(name, lake)
+    ingest(engine, [str(SAMPLE)])  # two runs more
+    sync_lake(engine, out)
+    for name in QUERIES:
+        same(name, lake)

@@ -166,8 +166,8 @@ def _size(n: int) -> str:
 
 
 @dataclass
-class Lake:
-    """OUT on its file system: `root` is the path the file system takes ('/'-separated)."""
+class Destination:
+    """Where a sync writes: OUT on its file system (what reads it is warehouse.lake.Lake): `root` is the path the file system takes ('/'-separated)."""
 
     shown: str
     fs: pafs.FileSystem
@@ -184,21 +184,21 @@ class Lake:
         return path[len(self.root) + 1:]
 
 
-def open_lake(out: str | os.PathLike[str]) -> Lake:
+def destination(out: str | os.PathLike[str]) -> Destination:
     """A plain path or a file:// URL is a local folder (its parent must exist, as for `export`);
     another URL (s3://, gs://, hdfs://) goes to the file system pyarrow has for it."""
     text = os.fspath(out)
     if "://" not in text:
         path = Path(text)
         check_parent(path)
-        return Lake(text, pafs.LocalFileSystem(), str(path.absolute()).rstrip("/") or "/")
+        return Destination(text, pafs.LocalFileSystem(), str(path.absolute()).rstrip("/") or "/")
     try:
         fs, root = pafs.FileSystem.from_uri(text)
     except (ValueError, OSError, pa.ArrowException) as exc:
         raise WarehouseError(f"{text}: not a lake location pyarrow can write: {first_line(exc)}") from None
     if isinstance(fs, pafs.LocalFileSystem):
         check_parent(Path(root))
-    return Lake(text, fs, root.rstrip("/"))
+    return Destination(text, fs, root.rstrip("/"))
 
 
 # --- the sync ----------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ def sync_lake(engine: Engine, out: str | os.PathLike[str], *, full: bool = False
     """Bring the lake at `out` up to the warehouse's current state (see the module docstring).
     `filesystem`: write there (any pyarrow file system: S3, GCS, or an fsspec one through
     pyarrow.fs.FSSpecHandler), `out` being the lake's path in it."""
-    lake = open_lake(out) if filesystem is None else Lake(os.fspath(out), filesystem, os.fspath(out).rstrip("/"))
+    lake = destination(out) if filesystem is None else Destination(os.fspath(out), filesystem, os.fspath(out).rstrip("/"))
     created = _prepare(lake)
     try:
         return _sync_locked(engine, lake, full)
@@ -220,7 +220,7 @@ def sync_lake(engine: Engine, out: str | os.PathLike[str], *, full: bool = False
         raise
 
 
-def _sync_locked(engine: Engine, lake: Lake, full: bool) -> SyncInfo:
+def _sync_locked(engine: Engine, lake: Destination, full: bool) -> SyncInfo:
     _read(lake)  # refused before the lock file is made in a folder that is not a lake
     with _locked(lake):
         old = _read(lake)
@@ -243,7 +243,7 @@ def _sync_locked(engine: Engine, lake: Lake, full: bool) -> SyncInfo:
             raise WarehouseError(f"{lake.shown}: cannot write: {exc.strerror or first_line(exc)}") from None
 
 
-def _prepare(lake: Lake) -> bool:
+def _prepare(lake: Destination) -> bool:
     """OUT: a folder, made if missing (then True), or refused in one line."""
     try:
         info = lake.fs.get_file_info(lake.root)
@@ -263,7 +263,7 @@ def _prepare(lake: Lake) -> bool:
 
 
 @contextmanager
-def _locked(lake: Lake) -> Iterator[None]:
+def _locked(lake: Destination) -> Iterator[None]:
     """One sync at a time on a local folder. An object store has no lock: run one sync per lake."""
     if not lake.local:
         yield
@@ -283,7 +283,7 @@ def _locked(lake: Lake) -> Iterator[None]:
         os.close(fd)
 
 
-def _read(lake: Lake) -> dict | None:
+def _read(lake: Destination) -> dict | None:
     """The lake's manifest; None for a new lake (OUT empty, or holding only a killed first
     sync's files). Anything else is refused: the sync removes files, so it writes only into a
     folder that is its own."""
@@ -304,7 +304,7 @@ def _read(lake: Lake) -> dict | None:
     return None
 
 
-def _read_remote_manifest(lake: Lake) -> dict | None:
+def _read_remote_manifest(lake: Destination) -> dict | None:
     try:
         with lake.fs.open_input_stream(lake.path(MANIFEST)) as stream:
             text = stream.read().decode("utf-8")
@@ -319,11 +319,11 @@ def _read_remote_manifest(lake: Lake) -> dict | None:
     return manifest
 
 
-def _listing(lake: Lake, path: str, recursive: bool) -> list[pafs.FileInfo]:
+def _listing(lake: Destination, path: str, recursive: bool) -> list[pafs.FileInfo]:
     return lake.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=recursive))
 
 
-def _leftover_folder(lake: Lake, info: pafs.FileInfo) -> bool:
+def _leftover_folder(lake: Destination, info: pafs.FileInfo) -> bool:
     """A table folder holding only files a sync names as it writes them (a killed first sync)."""
     if info.type != pafs.FileType.Directory or info.base_name not in TABLES:
         return False
@@ -331,7 +331,7 @@ def _leftover_folder(lake: Lake, info: pafs.FileInfo) -> bool:
                for f in _listing(lake, info.path, recursive=True))
 
 
-def _leftovers(lake: Lake, manifest: dict | None) -> list[str]:
+def _leftovers(lake: Destination, manifest: dict | None) -> list[str]:
     """The files a sync names as it writes them that the manifest does not name (a killed or
     failed sync's, relative to OUT). Only the writer lists folders."""
     named = {entry["path"] for entry in manifest["files"]} if manifest else set()
@@ -348,7 +348,7 @@ def _sync_of(path: str) -> int:
     return int(_OURS.fullmatch(path.rsplit("/", 1)[-1]).group(1))
 
 
-def _delete(lake: Lake, paths: list[str]) -> None:
+def _delete(lake: Destination, paths: list[str]) -> None:
     for path in paths:
         lake.fs.delete_file(lake.path(path))
 
@@ -369,7 +369,7 @@ class _Files:
     """The new manifest's files as a sync builds them: entries of the old manifest kept, and the
     files it writes (under `stem`: part-s<sync>)."""
 
-    def __init__(self, conn: Connection, lake: Lake, old: dict | None, stem: str):
+    def __init__(self, conn: Connection, lake: Destination, old: dict | None, stem: str):
         self.conn, self.lake, self.stem = conn, lake, stem
         self.old = old["files"] if old else []
         self.keep: list[dict] = []
@@ -393,7 +393,7 @@ class _Files:
         return sorted(self.keep + self.written, key=lambda e: e["path"])
 
 
-def _sync(conn: Connection, lake: Lake, old: dict | None, old_for_plan: dict | None, number: int,
+def _sync(conn: Connection, lake: Destination, old: dict | None, old_for_plan: dict | None, number: int,
           leftovers: list[str]) -> SyncInfo:
     runs = dict(conn.execute(select(_RUNS.c.id, _RUNS.c.run_key)).all())
     plan = _plan(conn, runs, old_for_plan)
@@ -488,7 +488,7 @@ def _write_whole(files: _Files, incremental: bool) -> None:
             _delete(files.lake, [e["path"] for e in new])
 
 
-def _commit(lake: Lake, manifest: dict, views: bytes, written: list[dict], old: list[dict],
+def _commit(lake: Destination, manifest: dict, views: bytes, written: list[dict], old: list[dict],
             leftovers: list[str]) -> int:
     """The new files made durable, the manifest put, then views.sql, then the files neither
     names removed; returns how many of the old manifest's went."""
@@ -513,14 +513,14 @@ def _by_table(files: list[dict]) -> dict[str, list[str]]:
     return by_table
 
 
-def _remove_temporary(lake: Lake) -> None:
+def _remove_temporary(lake: Destination) -> None:
     """A temporary file a killed sync left (locally: an object store has none)."""
     for name in (MANIFEST + TMP, VIEWS_SQL + TMP):
         if lake.local and os.path.exists(lake.path(name)):
             os.unlink(lake.path(name))
 
 
-def _get(lake: Lake, name: str) -> bytes | None:
+def _get(lake: Destination, name: str) -> bytes | None:
     try:
         with lake.fs.open_input_stream(lake.path(name)) as stream:
             return stream.read()
@@ -528,7 +528,7 @@ def _get(lake: Lake, name: str) -> bytes | None:
         return None
 
 
-def _entry(lake: Lake, part: Part, table: str, run_id: int | None, loads: list[int] | None,
+def _entry(lake: Destination, part: Part, table: str, run_id: int | None, loads: list[int] | None,
            of_run: int | None = None) -> dict:
     entry = {"path": lake.relative(part.path), "table": table, "run_id": run_id, "rows": part.rows,
              "bytes": part.bytes, "sha256": part.sha256, "loads": loads}
@@ -537,7 +537,7 @@ def _entry(lake: Lake, part: Part, table: str, run_id: int | None, loads: list[i
     return entry
 
 
-def _put(lake: Lake, name: str, data: bytes) -> None:
+def _put(lake: Destination, name: str, data: bytes) -> None:
     """Replace OUT/name whole: locally a temporary file, fsynced, then os.replace'd (and the
     folder fsynced); on an object store one PUT, which replaces an object atomically."""
     if not lake.local:
