@@ -193,20 +193,10 @@ def postgres_floor(rows: NormalizedRows, conninfo: str) -> None:
 
 def pandas_path(shards: list[Path], db_path: Path) -> None:
     """What a user would do without the warehouse: one flat table of messages via pandas."""
-    import pandas as pd
+    from bench.least_floor import pandas_into
 
     conn = sqlite3.connect(db_path)
-    for shard in shards:
-        df = pd.read_parquet(shard)
-        meta = df.drop(columns=["conversations"])
-        turns = df[["trial_name", "episode", "conversations"]].explode("conversations", ignore_index=True)
-        turns = turns.dropna(subset=["conversations"])
-        turns["idx"] = turns.groupby(["trial_name", "episode"]).cumcount()
-        turns["role"] = turns["conversations"].map(lambda m: m["role"])
-        turns["content"] = turns["conversations"].map(lambda m: m["content"])
-        turns.drop(columns=["conversations"]).to_sql("turns", conn, if_exists="append", index=False,
-                                                     chunksize=10_000)
-        meta.to_sql("episodes", conn, if_exists="append", index=False, chunksize=10_000)
+    pandas_into(shards, conn)
     conn.commit()
     conn.close()
 

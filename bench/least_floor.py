@@ -98,8 +98,6 @@ def least(dataset: Path, target: str) -> None:
 
 
 def pandas(dataset: Path, target: str) -> None:
-    import pandas as pd
-
     if _is_postgres(target):
         from sqlalchemy import create_engine
 
@@ -108,7 +106,20 @@ def pandas(dataset: Path, target: str) -> None:
         import sqlite3
 
         con = sqlite3.connect(target)
-    for shard in _shards(dataset):
+    pandas_into(_shards(dataset), con)
+    if hasattr(con, "commit"):
+        con.commit()
+        con.close()
+    else:
+        con.dispose()
+
+
+def pandas_into(shards: list[Path], con) -> None:
+    """Each shard read by pandas, its conversations exploded into `turns`, its other columns
+    into `episodes`, through `to_sql` on `con` (a sqlite3 connection or a SQLAlchemy engine)."""
+    import pandas as pd
+
+    for shard in shards:
         df = pd.read_parquet(shard)
         meta = df.drop(columns=["conversations"])
         turns = df[["trial_name", "episode", "conversations"]].explode("conversations", ignore_index=True)
@@ -119,11 +130,6 @@ def pandas(dataset: Path, target: str) -> None:
         turns.drop(columns=["conversations"]).to_sql("turns", con, if_exists="append", index=False,
                                                      chunksize=10_000)
         meta.to_sql("episodes", con, if_exists="append", index=False, chunksize=10_000)
-    if hasattr(con, "commit"):
-        con.commit()
-        con.close()
-    else:
-        con.dispose()
 
 
 if __name__ == "__main__":

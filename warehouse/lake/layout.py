@@ -28,12 +28,17 @@ def read_manifest(out: Path) -> dict | None:
         return None
     except OSError as e:
         raise WarehouseError(f"{path}: cannot read: {e.strerror or e}") from None
+    return parse_manifest(text, str(path))
+
+
+def parse_manifest(text: str, where: str) -> dict:
+    """A manifest's JSON text, checked to be a lake's (`where` names it in the error)."""
     try:
         manifest = json.loads(text)
     except ValueError as e:
-        raise WarehouseError(f"{path}: not a lake manifest: {e}") from None
+        raise WarehouseError(f"{where}: not a lake manifest: {e}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise WarehouseError(f"{path}: not a lake manifest (no \"format\": \"{FORMAT}\")")
+        raise WarehouseError(f"{where}: not a lake manifest (no \"format\": \"{FORMAT}\")")
     return manifest
 
 

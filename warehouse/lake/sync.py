@@ -103,7 +103,7 @@ from warehouse.export_tables import (
     EMPTY_PARTITION, PARTITION, RUN_SCOPED, TABLES, VIEWS_SQL, Part, run_query, shared_query, view_definitions, views_sql,
     write_parts,
 )
-from warehouse.lake.layout import FORMAT, MANIFEST, read_manifest
+from warehouse.lake.layout import FORMAT, MANIFEST, parse_manifest, read_manifest
 from warehouse.outdir import check_parent
 
 VERSION = 1
@@ -310,13 +310,7 @@ def _read_remote_manifest(lake: Destination) -> dict | None:
             text = stream.read().decode("utf-8")
     except FileNotFoundError:
         return None
-    try:
-        manifest = json.loads(text)
-    except ValueError as exc:
-        raise WarehouseError(f"{lake.shown}/{MANIFEST}: not a lake manifest: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise WarehouseError(f"{lake.shown}/{MANIFEST}: not a lake manifest (no \"format\": \"{FORMAT}\")")
-    return manifest
+    return parse_manifest(text, f"{lake.shown}/{MANIFEST}")
 
 
 def _listing(lake: Destination, path: str, recursive: bool) -> list[pafs.FileInfo]:
@@ -459,20 +453,22 @@ def _write_runs(files: _Files, plan: _Plan, incremental: bool) -> None:
 
 def _write_messages(files: _Files, above: int | None) -> None:
     """messages: the texts above id `above` as new files beside the old ones, or (None) whole."""
-    if above is None:
-        files.write(INCREMENTAL, shared_query(INCREMENTAL), INCREMENTAL, keep_empty=True)
-        return
-    files.keep += files.old_of(INCREMENTAL)
-    files.write(INCREMENTAL, shared_query(INCREMENTAL).where(_MESSAGES.c.id > above), INCREMENTAL)
+    _append_above(files, INCREMENTAL, _MESSAGES, above)
 
 
 def _write_ledger(files: _Files, above: int | None) -> None:
     """loads: the units above id `above` (the ledger below it as it was), or (None) whole."""
+    _append_above(files, LEDGER, _LOADS, above)
+
+
+def _append_above(files: _Files, name: str, table, above: int | None) -> None:
+    """A table appended to: its rows above id `above` as new files beside its old ones, or
+    (None) the whole table anew."""
     if above is None:
-        files.write(LEDGER, shared_query(LEDGER), LEDGER, keep_empty=True)
+        files.write(name, shared_query(name), name, keep_empty=True)
         return
-    files.keep += files.old_of(LEDGER)
-    files.write(LEDGER, shared_query(LEDGER).where(_LOADS.c.id > above), LEDGER)
+    files.keep += files.old_of(name)
+    files.write(name, shared_query(name).where(table.c.id > above), name)
 
 
 def _write_whole(files: _Files, incremental: bool) -> None:
