@@ -675,6 +675,9 @@ PARTS: dict[str, Callable] = {**WHOLE_PROCESS, "queries": canned_query_results, 
                               "copy": copy.results, "watch": watch.results, "scale": scale.results}
 
 
+KEPT_MARKER = "<!-- Below: kept by bench.run when it rewrites the table above. -->"
+
+
 def report(results, info, args) -> None:
     lines = ["| measurement | median | baseline (same run) | ratio |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in results]
@@ -686,6 +689,11 @@ def report(results, info, args) -> None:
         f"| {name} | {v['rows']:,} | {v['turns']:,} | {v['text_bytes'] / 1e6:.1f} MB | {v['distinct_text_bytes'] / 1e6:.1f} MB |"
         for name, v in info.items())
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    # What follows the marker is written by hand from `--only` parts (scale) and kept.
+    kept = ""
+    if (ROOT / "BENCHMARKS.md").exists():
+        _, found, tail = (ROOT / "BENCHMARKS.md").read_text(encoding="utf-8").partition(KEPT_MARKER)
+        kept = found + tail
     (ROOT / "BENCHMARKS.md").write_text(f"""# Benchmarks
 
 Reproduce with `python3 -m pip install -e '.[bench]' && python3 -m bench.run --pg postgresql://…`
@@ -746,7 +754,7 @@ Datasets (from `tools.generate`, fixed seeds):
 
 Where an ingest's time goes: `python -m bench.profile [--dataset math] [--pg URL]` profiles the
 writer's process and, separately, the reader's work.
-""")
+{kept}""")
 
 
 if __name__ == "__main__":
