@@ -54,6 +54,7 @@ ARGS: dict[tuple[str, ...], list[str]] = {
     ("index", "drop"): [],
     ("export", "hub"): ["{out}", "--source", "sample"],
     ("export", "tables"): ["{out}"],
+    ("lake", "sync"): ["{out}"],
     ("runs",): [],
     ("runs", "rename"): [RUN_A, "baseline"],
     ("runs", "label"): [RUN_A, "step=1"],
