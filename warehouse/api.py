@@ -393,7 +393,6 @@ class Warehouse:
             return sync_lake(engine, out, full=full)
 
 
-
 def open_lake(path: str | os.PathLike[str], engine: str = "duckdb") -> Lake:
     """The lake at `path` (a folder `warehouse export tables` or `lake sync` wrote), read by
     `engine`: "duckdb" (in this process) or "spark" (local mode; pyspark and Java 17). Nothing
