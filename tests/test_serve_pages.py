@@ -15,7 +15,7 @@ import pytest
 from ingest.shape.records import Episode, Trial, Turn
 from ingest.write import writer
 from procs import run_cli
-from warehouse.serve.app import create_app
+from warehouse.serve.app import create_app, episode_urls, trial_url
 from warehouse.serve.pages import TURN_CHARS, Viewer, align, blocks
 from warehouse.db.engine import resolve_url
 
@@ -111,6 +111,23 @@ def test_the_diff_aligns_turns_and_marks_where_they_part(client):
     assert text.count('class="pair same"') == PART_AT
     # The same trial against itself: no difference.
     assert "The two trajectories are the same" in page(client, "/diff?a=run-x/t__a&b=run-x/t__a")
+
+
+def test_episode_links_are_the_trial_urls_of_their_episodes():
+    episodes = [{"trace_source": "main", "episode_index": 1}, {"trace_source": "a b/c&d?#é", "episode_index": 0},
+                {"trace_source": None, "episode_index": 2}, {"trace_source": "", "episode_index": 3},
+                {"trace_source": "main", "episode_index": 4}]
+    assert episode_urls("org/data set", "t n#1", episodes) == [
+        trial_url("org/data set", "t n#1", source=ep["trace_source"], episode=ep["episode_index"]) for ep in episodes]
+
+
+def test_a_template_reads_a_stored_key_named_as_a_dict_method_as_the_method():
+    # The pages' dicts are read key first (app._Environment): a reward key called `items` or
+    # `get` must not hide the method a template calls.
+    env = create_app(Viewer(resolve_url("sqlite:///unused.db"), timeout=10, max_rows=10)).jinja_env
+    template = env.from_string("{% for k, v in r.items() %}{{ k }}={{ v }};{% endfor %}{{ r.get('get') }}"
+                               "|{{ r.reward }}|{{ r.missing is undefined }}|{{ o.real }}")
+    assert template.render(r={"items": 1, "get": 2, "reward": 0.5}, o=3) == "items=1;get=2;reward=0.5;2|0.5|True|3"
 
 
 def test_align_puts_an_inserted_turn_opposite_a_gap():

@@ -15,8 +15,8 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
-from itertools import groupby
-from operator import mul
+from itertools import compress, groupby
+from operator import itemgetter, mul
 from typing import Any
 
 from sqlalchemy.engine import URL
@@ -27,9 +27,9 @@ from warehouse.queries import leaderboard, outcome
 from warehouse.queries.power import COLUMNS as POWER_COLUMNS, check_design, power_row
 from warehouse.queries.registry import (CannedQuery, IntList, Param, PostProcess, Read, Rows, breakdown_columns,
                                         reads_more, run_canned, sql_file, trial_columns)
-from warehouse.queries.stats import (bootstrap_counts, clustered_mean_and_interval, clustered_rate_interval,
-                                     expanded_confidence, interpolate, mcnemar_exact, pass_at_k, percentile,
-                                     percentile_interval, percentile_ranks, paired_t_test)
+from warehouse.queries.stats import (bootstrap_counts, expanded_confidence, interpolate, mcnemar_exact,
+                                     mean_and_interval_of, paired_t_test, pass_at_k, percentile, percentile_interval,
+                                     percentile_ranks, rate_interval_of)
 from warehouse.runs import label_sort_key
 
 THRESHOLD = Param(
@@ -133,22 +133,23 @@ def _grouped(by: str, rows: Rows) -> tuple[str, Rows]:
 def _pass_rate_post(columns: list[str], rows: Rows, values: Mapping[str, Any], read: Read
                     ) -> tuple[list[str], Rows]:
     """pass_rate.sql's rows, one per group and task (a cluster), as one row per group with its
-    intervals: clustered by task (stats.clustered_rate_interval, clustered_mean_and_interval)."""
+    intervals: clustered by task (stats.rate_interval_of, mean_and_interval_of)."""
     confidence, _ = _uncertainty(values)
     name, rows = _grouped(values["by"], rows)
     out = []
-    for group, cells in groupby(rows, key=lambda row: row[0]):
+    for group, cells in groupby(rows, key=itemgetter(0)):
+        # Column by column (a run has thousands of tasks): C loops, no tuple per task.
         # PostgreSQL sums bigints as numeric: counts come as Decimals there.
-        clusters = [(int(trials), int(successes), float(reward_sum or 0), int(rewards), int(errors), task)
-                    for _, task, trials, successes, reward_sum, rewards, errors in cells]
-        trials = sum(c[0] for c in clusters)
-        successes = sum(c[1] for c in clusters)
-        rewards = [(reward_sum, n) for _, _, reward_sum, n, _, _ in clusters if n]
-        mean_reward, low, high = clustered_mean_and_interval(rewards, confidence)
-        out.append((group, trials, successes, successes / trials,
-                    *clustered_rate_interval([(s, n) for n, s, *_ in clusters], confidence),
-                    mean_reward, sum(c[4] for c in clusters), low, high,
-                    sum(1 for c in clusters if c[5] is not None), trials))
+        _, tasks, trials, successes, reward_sums, rewards, errors = zip(*cells)
+        trials, successes, rewards = list(map(int, trials)), list(map(int, successes)), list(map(int, rewards))
+        n_trials, n_successes = sum(trials), sum(successes)
+        # A cluster without rewards has a NULL sum: left out, as it has no units.
+        mean_reward, low, high = mean_and_interval_of(list(map(float, compress(reward_sums, rewards))),
+                                                      list(compress(rewards, rewards)), confidence)
+        out.append((group, n_trials, n_successes, n_successes / n_trials,
+                    *rate_interval_of(successes, trials, confidence),
+                    mean_reward, sum(map(int, errors)), low, high,
+                    len(tasks) - tasks.count(None), n_trials))
     return [name, "trials", "successes", "pass_rate", "pass_rate_low", "pass_rate_high", "mean_reward", "errors",
             "mean_reward_low", "mean_reward_high", "n_tasks", "n_attempts"], out
 

@@ -257,7 +257,11 @@ def clustered_mean(clusters: Sequence[tuple[float, float]]) -> tuple[float, floa
     task's successes and attempts, say), and its cluster-robust standard error,
     sqrt(G / (G - 1) · sum_g (y_g - units_g · mean)² ) / sum units, for G >= 2 clusters.
     (None, None) without units; the error is None with one cluster."""
-    ys, ns = [y for y, _ in clusters], [n for _, n in clusters]
+    return _clustered_mean([y for y, _ in clusters], [n for _, n in clusters])
+
+
+def _clustered_mean(ys: Sequence[float], ns: Sequence[float]) -> tuple[float, float] | tuple[None, None]:
+    """clustered_mean of the clusters given as two columns, y summed and units."""
     units = math.fsum(ns)
     if not units:
         return None, None
@@ -277,18 +281,27 @@ def clustered_rate_interval(clusters: Sequence[tuple[int, int]], confidence: flo
     effective sample size p(1 - p) / se² (se clustered, at most the attempts; where se is 0, the
     attempts, or the clusters at a rate of 0 or 1, whose spread is unknown) and Student's t at
     G - 1 degrees of freedom: the clustering's width, Wilson's behaviour near 0 and 1."""
-    clusters = [(s, n) for s, n in clusters if n]
-    attempts = sum(n for _, n in clusters)
-    if all(n == 1 for _, n in clusters):
-        return wilson_interval(sum(s for s, _ in clusters), attempts, confidence)
-    rate, se = clustered_mean(clusters)
-    g = len(clusters)
+    return rate_interval_of([s for s, _ in clusters], [n for _, n in clusters], confidence)
+
+
+def rate_interval_of(successes: Sequence[int], attempts: Sequence[int], confidence: float = 0.95
+                     ) -> tuple[float, float] | tuple[None, None]:
+    """clustered_rate_interval of the clusters given as two columns: a page of thousands of
+    tasks per run reads them so, without a tuple per task."""
+    if 0 in attempts:
+        kept = [(s, n) for s, n in zip(successes, attempts) if n]
+        successes, attempts = [s for s, _ in kept], [n for _, n in kept]
+    total = sum(attempts)
+    if total == len(attempts):  # one attempt per cluster (none has fewer)
+        return wilson_interval(sum(successes), total, confidence)
+    rate, se = _clustered_mean(successes, attempts)
+    g = len(attempts)
     if g < 2:  # one task: no spread between tasks to measure; as wide as one attempt's
         return _wilson(rate, 1, normal_quantile(1 - (1 - confidence) / 2))
     if se:
-        n_eff = min(attempts, rate * (1 - rate) / (se * se))
+        n_eff = min(total, rate * (1 - rate) / (se * se))
     else:
-        n_eff = g if rate in (0.0, 1.0) else attempts
+        n_eff = g if rate in (0.0, 1.0) else total
     return _wilson(rate, n_eff, t_quantile(1 - (1 - confidence) / 2, g - 1))
 
 
@@ -305,11 +318,19 @@ def clustered_mean_and_interval(clusters: Sequence[tuple[float, int]], confidenc
                                 ) -> tuple[float | None, float | None, float | None]:
     """clustered_mean's mean and clustered_mean_interval's interval, from one pass over the
     clusters (a page of thousands of tasks asks for both)."""
-    clusters = [(y, n) for y, n in clusters if n]
-    mean, se = clustered_mean(clusters)
+    return mean_and_interval_of([y for y, _ in clusters], [n for _, n in clusters], confidence)
+
+
+def mean_and_interval_of(ys: Sequence[float], ns: Sequence[int], confidence: float = 0.95
+                         ) -> tuple[float | None, float | None, float | None]:
+    """clustered_mean_and_interval of the clusters given as two columns, y summed and units."""
+    if 0 in ns:
+        kept = [(y, n) for y, n in zip(ys, ns) if n]
+        ys, ns = [y for y, _ in kept], [n for _, n in kept]
+    mean, se = _clustered_mean(ys, ns)
     if se is None:
         return mean, None, None
-    half = t_quantile(1 - (1 - confidence) / 2, len(clusters) - 1) * se
+    half = t_quantile(1 - (1 - confidence) / 2, len(ns) - 1) * se
     return mean, mean - half, mean + half
 
 

@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy.engine import URL
@@ -253,10 +255,13 @@ def matrix_page(viewer: Viewer, filters: Filters) -> dict[str, Any]:
     keys = sorted({row[run_at] for row in result.rows}, key=lambda k: natural_key(titles.get(k, k)))
     column = {key: i for i, key in enumerate(keys)}
     cells: dict[str, list[tuple[str, str] | None]] = {}
-    for row in result.rows:
-        successes, attempts = row[successes_at], row[attempts_at]
-        how = "all" if successes == attempts else "none" if successes == 0 else "some"
-        cells.setdefault(row[task_at] or "", [None] * len(keys))[column[row[run_at]]] = (how, f"{successes}/{attempts}")
+    # The rows come a task at a time (ordered by task): each task's row of cells is made once.
+    for task, rows in groupby(result.rows, key=itemgetter(task_at)):
+        row_cells = cells.setdefault(task or "", [None] * len(keys))
+        for row in rows:
+            successes, attempts = row[successes_at], row[attempts_at]
+            how = "all" if successes == attempts else "none" if successes == 0 else "some"
+            row_cells[column[row[run_at]]] = (how, f"{successes}/{attempts}")
     tasks = sorted(cells, key=natural_key)
     return {"runs": [(key, titles.get(key, key)) for key in keys], "tasks": tasks,
             "grid": [(task, cells[task]) for task in tasks], "note": result.note}

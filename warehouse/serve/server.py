@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import socket
 import sys
@@ -51,6 +52,11 @@ def serve(viewer: Viewer, *, host: str, port: int, title: str, open_browser: boo
     finally:
         listening.close()  # the server holds a duplicate of it
     bound = server.socket.getsockname()[1]
+    # Everything alive now (Flask, SQLAlchemy, the modules) lives as long as the server: kept out
+    # of the collector's full passes, which otherwise walk it all every few pages and put tens of
+    # milliseconds on whichever request they land in (measured: p95 131 → 82 ms on the runs page).
+    gc.collect()
+    gc.freeze()
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
     url = f"http://{shown}:{bound}/"
     try:
@@ -97,7 +103,6 @@ class _HostChecked:
             start_response("400 Bad Request", [("Content-Type", "text/plain; charset=utf-8"), *HEADERS.items()])
             return [b"This viewer answers only requests addressed to it by a loopback address.\n"]
         return self.app(environ, start_response)
-
 
 
 def host_name(header: str) -> str:
