@@ -62,6 +62,31 @@ def test_db_check_names_each_way_the_conversations_stop_holding_together(engine,
         assert _check(db_url)[0] == 0, repair
 
 
+def test_db_check_names_a_reference_to_a_row_that_does_not_exist(engine, db_url, tmp_path):
+    """The writer keeps references, not the database (SQLite's checks are off for it, PostgreSQL
+    declares none on the bulk tables): db check finds every broken one, naming the column."""
+    assert not ingest(engine, [str(write_trial(tmp_path / "jobs", 4, seed=3))]).errors
+    assert _check(db_url)[0] == 0
+    with engine.connect() as conn:
+        message = conn.execute(text("SELECT max(message_id) FROM conversation_turns")).scalar()
+    unchecked = engine.execution_options(foreign_keys=False)  # as the writer writes (SQLite)
+    for damage, repair, said in [
+        ("UPDATE conversation_turns SET message_id = 987654321 WHERE message_id = :m",
+         "UPDATE conversation_turns SET message_id = :m WHERE message_id = 987654321",
+         "conversation_turns.message_id naming a row of messages that does not exist (the first: id 987654321)"),
+        ("UPDATE trial_loads SET load_id = 987654321",
+         "UPDATE trial_loads SET load_id = (SELECT min(id) FROM loads)",
+         "trial_loads.load_id naming a row of loads that does not exist"),
+    ]:
+        with unchecked.begin() as conn:
+            conn.execute(text(damage), {"m": message})
+        code, lines = _check(db_url)
+        assert code == 1 and any(said in line for line in lines), (damage, lines)
+        with unchecked.begin() as conn:
+            conn.execute(text(repair), {"m": message})
+        assert _check(db_url)[0] == 0, repair
+
+
 def _layout(engine) -> tuple[str, set[str], str | None]:
     """(revision, tables and views, what `turns` is: 'table' or 'view')."""
     from sqlalchemy import inspect

@@ -246,8 +246,7 @@ def test_a_migration_another_database_raced_on_a_role_runs_again(server):
     engine = make_engine(resolve_url(server.url(server.database())))
     runs = []
 
-    def migration(cfg):
-        conn = cfg.attributes["connection"]
+    def migration(conn):
         runs.append(conn.exec_driver_sql("SELECT count(*) FROM pg_roles WHERE rolname = %s", (role,)).scalar())
         conn.exec_driver_sql("CREATE TABLE made_by_the_run (x int)")  # rolled back with the failed run
         if runs[-1]:
@@ -268,9 +267,9 @@ def test_a_migration_that_fails_for_another_reason_is_not_run_again(server):
     engine = make_engine(resolve_url(server.url(server.database())))
     runs = []
 
-    def migration(cfg):
+    def migration(conn):
         runs.append(1)
-        cfg.attributes["connection"].exec_driver_sql("SELECT * FROM no_such_table")
+        conn.exec_driver_sql("SELECT * FROM no_such_table")
 
     try:
         with pytest.raises(Exception, match="no_such_table"):

@@ -31,7 +31,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table, cast, func, select, text
 from sqlalchemy.types import LargeBinary, String, Text
 
-from warehouse.db import models, schema
+from warehouse.db import integrity, models, schema
 from warehouse.db.engine import make_engine, make_read_engine, redact
 from warehouse.db.session import write_transaction
 from warehouse.db.types import Json, UtcDateTime
@@ -193,7 +193,7 @@ def copy(source_url, target_url, *, progress: Progress | None = None) -> dict[st
         raise WarehouseError("SOURCE and TARGET are the same database")
     _check_target(target, schema.head_revision())
     dialect = target.dialect.name
-    # References are checked once at the end (SQLite), not per row; PostgreSQL checks its own.
+    # References are checked once at the end, not per row (PostgreSQL checks the few it declares).
     with snapshot(source) as reading, write_transaction(target, check_references=False) as writing:
         digests: dict[str, Digest] = {}
         for table in TABLES:
@@ -213,10 +213,11 @@ def copy(source_url, target_url, *, progress: Progress | None = None) -> dict[st
             digests[table.name] = _digest_rows(copied(), table)
         if dialect == "postgresql":
             _reset_sequences(writing)
-        else:
-            broken = writing.exec_driver_sql("PRAGMA foreign_key_check").first()
-            if broken is not None:
-                raise WarehouseError(f"the copy breaks a reference ({broken[0]} row {broken[1]}): nothing written")
+        for what, sql in integrity.REFERENCES:
+            count, example = writing.exec_driver_sql(sql).one()
+            if count:
+                raise WarehouseError(f"the copy breaks a reference ({count} {what}, the first: id {example}): "
+                                     "nothing written")
         written = {table.name: _digest_rows(_batches(writing, table), table) for table in TABLES}
         differ = compare(digests, written)
         if differ:

@@ -29,7 +29,7 @@ MIGRATION_LOCK = 0x77686462  # "whdb"; distinct from the ingest write lock (inge
 # The newest revision in migrations/versions. Every command checks the database against it, so
 # it is a constant rather than read from the scripts: importing Alembic costs a tenth of a
 # second that a re-ingest or a query should not pay. test_migrations keeps it honest.
-HEAD_REVISION = "0015"
+HEAD_REVISION = "0016"
 
 ROLE_RACE_TRIES = 6  # runs of one migration transaction that another database's raced (_role_race)
 
@@ -40,6 +40,13 @@ def alembic_config(engine: Engine) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.attributes["engine"] = engine
+    return cfg
+
+
+def _config_on(conn) -> Config:
+    """Alembic's configuration, its migrations to run on `conn` (in _run's transaction)."""
+    cfg = alembic_config(conn.engine)
+    cfg.attributes["connection"] = conn
     return cfg
 
 
@@ -88,7 +95,8 @@ def _is_empty(conn) -> bool:
     return not set(inspect(conn).get_table_names()) - {"alembic_version"}
 
 
-def _run(engine: Engine, fn, *args) -> None:
+def _run(engine: Engine, fn) -> None:
+    """fn(connection) in one transaction that holds the migration lock."""
     # Migrations run on their own engine: SQLite's batch mode must not enforce foreign keys
     # while it rebuilds tables.
     migration_engine = make_engine(engine.url, for_migrations=True)
@@ -98,9 +106,7 @@ def _run(engine: Engine, fn, *args) -> None:
                 with migration_engine.connect() as conn, conn.execution_options(sqlite_write=True).begin():
                     if conn.dialect.name == "postgresql":
                         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
-                    cfg = alembic_config(migration_engine)
-                    cfg.attributes["connection"] = conn
-                    fn(cfg, *args)
+                    fn(conn)
                 return
             except DBAPIError as exc:
                 if not _role_race(exc) or attempt == ROLE_RACE_TRIES - 1:
@@ -126,7 +132,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         # DATABASE … TEMPLATE) is at head with its template's grants, not its own (roles.grant).
         from warehouse.db import roles
 
-        _run(engine, lambda cfg: roles.grant(cfg.attributes["connection"]))
+        _run(engine, roles.grant)
 
 
 def downgrade(engine: Engine, revision: str) -> None:
@@ -143,7 +149,7 @@ def _step(engine: Engine, direction: str, revision: str) -> None:
         raise SchemaError(f"no revision to {direction} to: give a revision id, head, base or a step such as -1")
     before = current_revision(engine)
     try:
-        _run(engine, getattr(command, direction), revision)
+        _run(engine, lambda conn: getattr(command, direction)(_config_on(conn), revision))
     except (CommandError, AssertionError) as exc:
         # Alembic refuses most revisions it cannot reach with a CommandError, and a few
         # malformed ones (`@`, `head+1`) with a bare assert.
@@ -248,13 +254,14 @@ def _quote(conn, name: str) -> str:
     return conn.dialect.identifier_preparer.quote(name)
 
 
-def _upgrade_if_still_empty(cfg: Config) -> None:
-    """Create the schema unless another process did while this one waited for the lock."""
-    from alembic import command
-
-    if not _is_empty(cfg.attributes["connection"]):
+def _create_if_still_empty(conn) -> None:
+    """Create the schema at head unless another process did while this one waited for the
+    lock: from the head schema's own statements (warehouse.db.head), not migration by migration."""
+    if not _is_empty(conn):
         return  # made meanwhile (or not ours to touch): ensure_current decides below
-    command.upgrade(cfg, "head")
+    from warehouse.db import head
+
+    head.create(conn)
 
 
 def ensure_current(engine: Engine, *, create: bool = False) -> None:
@@ -269,7 +276,7 @@ def ensure_current(engine: Engine, *, create: bool = False) -> None:
     if current is None and create:
         # Decided under the migration lock: a process creating the schema right now may commit
         # between the version read above and a look for tables here.
-        _run(engine, _upgrade_if_still_empty)
+        _run(engine, _create_if_still_empty)
         current = current_revision(engine)
     if current == head:
         return

@@ -15,7 +15,8 @@ def write_transaction(engine: Engine, *, check_references: bool = True) -> Itera
 
     `check_references=False` turns off SQLite's per-row foreign-key checks, for a writer that
     only writes ids it allocated or looked up under the write lock (the ingest writer; its
-    tests run `PRAGMA foreign_key_check` on what it wrote). PostgreSQL always checks."""
+    tests check every reference of what it wrote: warehouse.db.integrity). PostgreSQL checks
+    the references it declares, which are not the bulk tables' (migration 0016)."""
     with engine.connect() as conn:
         conn = conn.execution_options(sqlite_write=True, foreign_keys=check_references)
         with conn.begin():
