@@ -670,9 +670,11 @@ def canned_query_results(data: dict[str, Path], work: Path, args) -> list[tuple[
 WHOLE_PROCESS: dict[str, Callable] = {"startup": startup_results, "ingest": whole_ingest_results,
                                       "long": lambda data, work, args: long_trial.results(work, args)}
 # What `--only` can measure alone: those, the canned queries, the viewer's pages, db copy, watch
-# mode, and the ingest at 1×, 5× and 20× (scale: about 15 minutes with PostgreSQL).
+# mode, and the ingest at 1×, 5× and 20× (scale: about 15 minutes with PostgreSQL), or at 1×
+# against its floors alone (floors).
 PARTS: dict[str, Callable] = {**WHOLE_PROCESS, "queries": canned_query_results, "serve": serve.results,
-                              "copy": copy.results, "watch": watch.results, "scale": scale.results}
+                              "copy": copy.results, "watch": watch.results, "scale": scale.results,
+                              "floors": scale.floors}
 
 
 KEPT_MARKER = "<!-- Below: kept by bench.run when it rewrites the table above. -->"

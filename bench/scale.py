@@ -40,6 +40,13 @@ def results(data: dict[str, Path], work: Path, args) -> list[tuple[str, str, str
     return rows
 
 
+def floors(data: dict[str, Path], work: Path, args) -> list[tuple[str, str, str, str]]:
+    """`--only floors`: the 1× rows alone (ours against the least-work floor and pandas), the
+    minutes the 5× and 20× loads take left out."""
+    backends = [("SQLite", None)] + ([("PostgreSQL", args.pg)] if args.pg else [])
+    return [row for backend, pg in backends for row in _against_floors(data["math"], work, pg, backend, args.repeat)]
+
+
 def _math_x20(target: Path) -> Path:
     from tools.generate import generate_dataset
 

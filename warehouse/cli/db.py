@@ -113,12 +113,12 @@ def check(
         help="Also compare every table with the warehouse OTHER (a URL or a SQLite file): row counts and checksums.")
     ] = None,
 ) -> None:
-    """Check the schema's revision and that the stored conversations hold together.
+    """Check the schema's revision, every reference, and that the stored conversations hold together.
 
-    Exit 0 if the database is at the revision this tool needs and every episode reads back its
-    turns; 1 with what is wrong if not.
+    Exit 0 if the database is at the revision this tool needs, every `…_id` names a row that
+    exists and every episode reads back its turns; 1 with what is wrong if not.
 
-    Reads only: a few aggregate queries over the conversations, linear in the rows. With
+    Reads only: a few aggregate queries, linear in the rows. With
     --against, every table of both is read once more, to compare them.
 
     Examples:
@@ -136,7 +136,7 @@ def check(
         for line in found:
             typer.echo(f"Error: {redact(st.url)}: {line}", err=True)
         raise typer.Exit(1)
-    typer.echo(f"{redact(st.url)}: at {schema.head_revision()} (current); conversations consistent", err=True)
+    typer.echo(f"{redact(st.url)}: at {schema.head_revision()} (current); references kept; conversations consistent", err=True)
     if against is not None:
         from warehouse.api import Warehouse
         from warehouse.db.copy import compare, snapshot, table_digests
