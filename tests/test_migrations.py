@@ -86,7 +86,7 @@ def test_models_match_migrations(empty_engine):
 def _schema_of(url: str) -> list[str]:
     """Everything a warehouse's schema is, as text: SQLite's stored statements, or pg_dump's with
     grants (the database's own read role named alike), and the version row."""
-    from tools.head_schema import pg_dump
+    from warehouse.db.head import pg_dump
 
     engine = make_engine(resolve_url(url))
     try:

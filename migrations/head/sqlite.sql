@@ -1,5 +1,5 @@
 -- The sqlite schema at revision 0016, as the migrations leave it: what a new warehouse
--- is created from (warehouse.db.head). Written by `python -m tools.head_schema`; do not edit.
+-- is created from (warehouse.db.head). Written by `python -m warehouse.db.head`; do not edit.
 ;
 CREATE TABLE alembic_version (
 	version_num VARCHAR(32) NOT NULL, 
