@@ -74,7 +74,7 @@ def dump(engine: Engine, *, order_independent: bool = False) -> dict[str, list[s
     with engine.connect() as conn:
         # The ingest writer keeps references itself (no per-row checks on either backend):
         # every dump checks them, as `warehouse db check` does.
-        dangling = [what for what, sql in integrity.REFERENCES if conn.exec_driver_sql(sql).one()[0]]
+        dangling = integrity.broken_references(conn)
         assert dangling == [], f"rows referring to rows that do not exist: {dangling}"
         sources = _rows(conn, models.Source)
         loads = _rows(conn, models.Load)

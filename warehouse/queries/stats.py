@@ -274,6 +274,14 @@ def _clustered_mean(ys: Sequence[float], ns: Sequence[float]) -> tuple[float, fl
     return mean, math.sqrt(g / (g - 1) * spread) / units
 
 
+def _with_units(ys: Sequence[float], ns: Sequence[float]) -> tuple[Sequence[float], Sequence[float]]:
+    """The clusters (two columns) that have units; a cluster without any says nothing."""
+    if 0 not in ns:
+        return ys, ns
+    kept = [(y, n) for y, n in zip(ys, ns) if n]
+    return [y for y, _ in kept], [n for _, n in kept]
+
+
 def clustered_rate_interval(clusters: Sequence[tuple[int, int]], confidence: float = 0.95
                             ) -> tuple[float, float] | tuple[None, None]:
     """An interval for a rate of successes over attempts in clusters of (successes, attempts).
@@ -288,9 +296,7 @@ def rate_interval_of(successes: Sequence[int], attempts: Sequence[int], confiden
                      ) -> tuple[float, float] | tuple[None, None]:
     """clustered_rate_interval of the clusters given as two columns: a page of thousands of
     tasks per run reads them so, without a tuple per task."""
-    if 0 in attempts:
-        kept = [(s, n) for s, n in zip(successes, attempts) if n]
-        successes, attempts = [s for s, _ in kept], [n for _, n in kept]
+    successes, attempts = _with_units(successes, attempts)
     total = sum(attempts)
     if total == len(attempts):  # one attempt per cluster (none has fewer)
         return wilson_interval(sum(successes), total, confidence)
@@ -324,9 +330,7 @@ def clustered_mean_and_interval(clusters: Sequence[tuple[float, int]], confidenc
 def mean_and_interval_of(ys: Sequence[float], ns: Sequence[int], confidence: float = 0.95
                          ) -> tuple[float | None, float | None, float | None]:
     """clustered_mean_and_interval of the clusters given as two columns, y summed and units."""
-    if 0 in ns:
-        kept = [(y, n) for y, n in zip(ys, ns) if n]
-        ys, ns = [y for y, _ in kept], [n for _, n in kept]
+    ys, ns = _with_units(ys, ns)
     mean, se = _clustered_mean(ys, ns)
     if se is None:
         return mean, None, None
