@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from sqlalchemy import Connection, text
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
@@ -116,7 +116,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         print(write("sqlite", resolve_url(f"sqlite:///{tmp}/head.db")))
     if args.pg:
-        url = make_url(args.pg)
+        url = resolve_url(args.pg)
         print(write("postgresql", url))
         engine = make_engine(url)
         schema.downgrade(engine, "base")
