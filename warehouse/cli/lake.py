@@ -28,6 +28,11 @@ def sync(
         "URL pyarrow can write (s3://…, gs://…).")],
     full: Annotated[bool, typer.Option(
         "--full", help="Write every table anew, whatever changed (dropping the texts deletes left behind).")] = False,
+    iceberg: Annotated[str | None, typer.Option(
+        "--iceberg", metavar="CATALOG", help="Publish the lake's tables to this Iceberg SQL catalog too: a SQLite file "
+        "or a PostgreSQL URL (as --db takes them). Once given, every later sync of OUT needs it.")] = None,
+    iceberg_namespace: Annotated[str, typer.Option(
+        "--iceberg-namespace", metavar="NAME", help="The catalog's namespace for the lake's tables.")] = "warehouse",
     as_json: Annotated[bool, typer.Option("--json", help="Print what the sync did as one JSON object.")] = False,
 ) -> None:
     """Write what changed since the last sync into OUT, as `export tables` lays it out.
@@ -38,16 +43,23 @@ def sync(
     rows, bytes, SHA-256, loads) and is replaced atomically once they are all written: a reader
     that takes its files never sees half a sync, and a killed sync leaves the last one whole.
 
+    With --iceberg, each table is also an Iceberg table in that catalog (namespace `warehouse`)
+    over the same files, committed after the manifest: Spark, Trino, Athena, BigQuery and DuckDB
+    read it as a table, without listing folders.
+
     Examples:
 
     \b
       warehouse lake sync lake
       warehouse lake sync lake --json
+      warehouse lake sync lake --iceberg lake-catalog.db
+      warehouse lake sync s3://bucket/lake --iceberg postgresql://user@db.internal/iceberg
     """
     engine = state(ctx).read_engine()
-    from warehouse.lake.sync import sync_lake  # pyarrow: imported by the command that uses it
+    from warehouse.lake.sync import Catalog, sync_lake  # pyarrow: imported by the command that uses it
 
-    info = sync_lake(engine, out, full=full)
+    catalog = Catalog(iceberg, iceberg_namespace) if iceberg is not None else None
+    info = sync_lake(engine, out, full=full, iceberg=catalog)
     if as_json:
         typer.echo(json.dumps(info.to_dict()))
     typer.echo(info.line(), err=True)

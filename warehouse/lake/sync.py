@@ -103,6 +103,7 @@ from warehouse.export_tables import (
     EMPTY_PARTITION, PARTITION, RUN_SCOPED, TABLES, VIEWS_SQL, Part, run_query, shared_query, view_definitions, views_sql,
     write_parts,
 )
+from warehouse.lake.iceberg import Catalog, publish
 from warehouse.lake.layout import FORMAT, MANIFEST, parse_manifest, read_manifest
 from warehouse.outdir import check_parent
 
@@ -137,14 +138,19 @@ class SyncInfo:
     files_removed: int = 0
     messages_rewritten: bool = False
     full_pass: bool = False  # the ledger had units taken away: every run's fingerprint was read
+    iceberg: str | None = None  # the Iceberg catalog the lake's tables are published to
+    iceberg_tables: int = 0  # tables committed there by this sync
 
     def line(self) -> str:
+        iceberg = "" if self.iceberg is None else \
+            f"; Iceberg: {self.iceberg_tables} table{_s(self.iceberg_tables)} committed to {self.iceberg}"
         if not self.changed:
-            return f"Synced {self.out}: nothing changed ({self.runs_unchanged} runs, sync {self.sync})"
+            return f"Synced {self.out}: nothing changed ({self.runs_unchanged} runs, sync {self.sync}){iceberg}"
         written = len(self.runs_new) + len(self.runs_changed)
         return (f"Synced {self.out}: {written} run{_s(written)} written ({len(self.runs_changed)} changed, "
                 f"{len(self.runs_new)} new), {len(self.runs_removed)} removed, {self.runs_unchanged} unchanged; "
-                f"{self.files_written} file{_s(self.files_written)}, {_size(self.bytes_written)} (sync {self.sync})")
+                f"{self.files_written} file{_s(self.files_written)}, {_size(self.bytes_written)} (sync {self.sync})"
+                f"{iceberg}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -205,14 +211,17 @@ def destination(out: str | os.PathLike[str]) -> Destination:
 
 
 def sync_lake(engine: Engine, out: str | os.PathLike[str], *, full: bool = False,
-              filesystem: pafs.FileSystem | None = None) -> SyncInfo:
+              filesystem: pafs.FileSystem | None = None, iceberg: Catalog | None = None) -> SyncInfo:
     """Bring the lake at `out` up to the warehouse's current state (see the module docstring).
     `filesystem`: write there (any pyarrow file system: S3, GCS, or an fsspec one through
-    pyarrow.fs.FSSpecHandler), `out` being the lake's path in it."""
+    pyarrow.fs.FSSpecHandler), `out` being the lake's path in it. `iceberg`: publish the
+    lake's tables to that Iceberg catalog too (warehouse.lake.iceberg)."""
     lake = destination(out) if filesystem is None else Destination(os.fspath(out), filesystem, os.fspath(out).rstrip("/"))
+    if iceberg is not None and filesystem is not None and not lake.local:
+        raise WarehouseError("Iceberg names files by URL: give the lake as a URL (s3://…), not a file system")
     created = _prepare(lake)
     try:
-        return _sync_locked(engine, lake, full)
+        return _sync_locked(engine, lake, full, iceberg)
     except BaseException:
         # As a failed export: an OUT this sync made goes again, unless a manifest got in.
         if created and lake.local and not os.path.exists(lake.path(MANIFEST)):
@@ -220,10 +229,16 @@ def sync_lake(engine: Engine, out: str | os.PathLike[str], *, full: bool = False
         raise
 
 
-def _sync_locked(engine: Engine, lake: Destination, full: bool) -> SyncInfo:
+def _sync_locked(engine: Engine, lake: Destination, full: bool, iceberg: Catalog | None) -> SyncInfo:
     _read(lake)  # refused before the lock file is made in a folder that is not a lake
     with _locked(lake):
         old = _read(lake)
+        if old is not None and old.get("iceberg") and iceberg is None:
+            # Without it, this sync would remove files the catalog's tables still name.
+            published = old["iceberg"]
+            raise WarehouseError(f"{lake.shown}: its tables are published to the Iceberg catalog "
+                                 f"{published['catalog']} (namespace {published['namespace']}): give "
+                                 f"--iceberg CATALOG to keep them current")
         leftovers = _leftovers(lake, old)
         # Past every number a killed sync used: no file is ever written over, not even a leftover
         # (a killed sync's views.sql may name its files until this one replaces it).
@@ -233,7 +248,7 @@ def _sync_locked(engine: Engine, lake: Destination, full: bool) -> SyncInfo:
         full = full or (old is not None and old["bookkeeping"].get("schema_revision") != HEAD_REVISION)
         try:
             with snapshot(engine) as conn:
-                return _sync(conn, lake, old, None if full else old, number, leftovers)
+                return _sync(conn, lake, old, None if full else old, number, leftovers, iceberg)
         except OSError as exc:  # a full disk, a file-size limit, a store that refuses a put
             try:  # this sync's files, unless its manifest got in
                 named = _read(lake)
@@ -388,7 +403,7 @@ class _Files:
 
 
 def _sync(conn: Connection, lake: Destination, old: dict | None, old_for_plan: dict | None, number: int,
-          leftovers: list[str]) -> SyncInfo:
+          leftovers: list[str], iceberg: Catalog | None) -> SyncInfo:
     runs = dict(conn.execute(select(_RUNS.c.id, _RUNS.c.run_key)).all())
     plan = _plan(conn, runs, old_for_plan)
     files = _Files(conn, lake, old, f"part-s{number}")
@@ -405,22 +420,40 @@ def _sync(conn: Connection, lake: Destination, old: dict | None, old_for_plan: d
     info = SyncInfo(out=lake.shown, sync=number, runs_new=plan.new, runs_changed=plan.changed,
                     runs_removed=plan.removed, runs_unchanged=len(plan.unchanged),
                     files_written=len(written), bytes_written=sum(e["bytes"] for e in written),
-                    messages_rewritten=messages_rewritten and old is not None, full_pass=plan.full_pass)
+                    messages_rewritten=messages_rewritten and old is not None, full_pass=plan.full_pass,
+                    iceberg=iceberg.shown if iceberg else None)
     entries = files.all()
     views = views_sql(view_definitions(conn), _by_table(entries), by="warehouse lake sync").encode("utf-8")
-    if old is not None and not written and len(entries) == len(files.old) and bookkeeping == old["bookkeeping"]:
+    published = iceberg.record() if iceberg else None
+    if old is not None and not written and len(entries) == len(files.old) and bookkeeping == old["bookkeeping"] \
+            and old.get("iceberg") == published:
         info.sync = old["sync"]  # nothing changed: no file written, the manifest as it was
         if _get(lake, VIEWS_SQL) != views:  # a killed sync's views.sql
             _put(lake, VIEWS_SQL, views)
+        info.iceberg_tables = _publish(lake, iceberg, old)  # a catalog a failed publish left behind
         _delete(lake, leftovers)
         _remove_temporary(lake)
         return info
     manifest = {"format": FORMAT, "version": VERSION, "sync": number,
                 "synced_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "files": entries, "bookkeeping": bookkeeping}
-    info.files_removed = _commit(lake, manifest, views, written, files.old, leftovers)
+    if published:
+        manifest["iceberg"] = published
+    info.files_removed, info.iceberg_tables = _commit(lake, manifest, views, written, files.old, leftovers, iceberg)
     info.changed = True
     return info
+
+
+def _publish(lake: Destination, iceberg: Catalog | None, manifest: dict) -> int:
+    """The manifest's files published to the Iceberg catalog, if the lake has one; a failure
+    says the Hive lake is synced and keeps every file the catalog may still name."""
+    if iceberg is None:
+        return 0
+    try:
+        return publish(iceberg, lake, manifest)
+    except WarehouseError as exc:
+        raise WarehouseError(f"{lake.shown}: synced (sync {manifest['sync']}), but its Iceberg tables were not "
+                             f"published: {exc}; the next sync publishes them") from None
 
 
 def _write_runs(files: _Files, plan: _Plan, incremental: bool) -> None:
@@ -485,9 +518,10 @@ def _write_whole(files: _Files, incremental: bool) -> None:
 
 
 def _commit(lake: Destination, manifest: dict, views: bytes, written: list[dict], old: list[dict],
-            leftovers: list[str]) -> int:
-    """The new files made durable, the manifest put, then views.sql, then the files neither
-    names removed; returns how many of the old manifest's went."""
+            leftovers: list[str], iceberg: Catalog | None) -> tuple[int, int]:
+    """The new files made durable, the manifest put, then views.sql, then the Iceberg tables,
+    then the files none of them names removed; returns how many of the old manifest's went, and
+    how many Iceberg tables were committed."""
     if lake.local:  # the files on disk before the manifest that names them
         for entry in written:
             _fsync(lake.path(entry["path"]))
@@ -495,11 +529,12 @@ def _commit(lake: Destination, manifest: dict, views: bytes, written: list[dict]
     # views.sql names the manifest's files one by one (a glob would see a later sync's files),
     # after the manifest: until it is replaced it names the last sync's files, still there.
     _put(lake, VIEWS_SQL, views)
+    committed = _publish(lake, iceberg, manifest)
     named = {e["path"] for e in manifest["files"]}
     gone = [e["path"] for e in old if e["path"] not in named]
-    _delete(lake, gone + leftovers)  # only now: each file either manifest or views.sql names stayed till here
+    _delete(lake, gone + leftovers)  # only now: each file either manifest, views.sql or a catalog names stayed till here
     _remove_temporary(lake)
-    return len(gone)
+    return len(gone), committed
 
 
 def _by_table(files: list[dict]) -> dict[str, list[str]]:
