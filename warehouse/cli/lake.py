@@ -53,7 +53,6 @@ def sync(
       warehouse lake sync lake
       warehouse lake sync lake --json
       warehouse lake sync lake --iceberg lake-catalog.db
-      warehouse lake sync s3://bucket/lake --iceberg postgresql://user@db.internal/iceberg
     """
     engine = state(ctx).read_engine()
     from warehouse.lake.sync import Catalog, sync_lake  # pyarrow: imported by the command that uses it

@@ -67,9 +67,10 @@ so its manifest grows with the trials (a few bytes per trial and run-scoped tabl
 
 Atomic: the new files are written first (whole-file puts, never renamed, under names no sync
 used before, a killed sync's included), then manifest.json (locally a temporary file, fsynced,
-os.replace'd; on an object store one PUT, which is atomic), then views.sql the same way, and
-only then are the files removed that neither names any more (and a killed sync's leftovers). A
-reader takes the manifest's files only (warehouse.lake.layout.table_files), so it sees the old
+os.replace'd; on an object store one PUT, which is atomic), then views.sql the same way, then
+(with --iceberg) each Iceberg table is brought to the manifest's files (warehouse.lake.iceberg),
+and only then are the files removed that none of them names any more (and a killed sync's
+leftovers). A reader takes the manifest's files only (warehouse.lake.layout.table_files), so it sees the old
 sync or the new one; each file views.sql names is there too, whenever the sync stops. A killed
 sync leaves the last manifest and every file it names; the next sync removes what it left
 (listing the table folders, which only the writer does). A write that fails (a full disk) is
