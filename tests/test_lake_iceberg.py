@@ -9,6 +9,10 @@ sync; a lake once published refuses a sync without its catalog; bad catalogs are
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -193,3 +197,45 @@ def test_a_catalog_that_fails_leaves_the_lake_synced_and_the_next_sync_catches_u
     assert info.changed and info.iceberg_tables == len(ALL_TABLES)
     assert_published(out, catalog)
     assert set(stamps(out)) == {e["path"] for e in manifest(out)["files"]}  # the old files went only now
+
+
+def test_a_sync_killed_while_publishing_leaves_every_table_readable(db_url, engine, tmp_path):
+    """SIGKILLed after some tables are committed: the catalog holds some tables at the new sync
+    and some at the last, each with every file it names; the next sync publishes the rest."""
+    query_fixture.build(engine)
+    out, catalog = tmp_path / "lake", str(tmp_path / "catalog.db")
+    sync_lake(engine, out, iceberg=Catalog(catalog))
+    gone = sorted(run_ids(engine))[0]
+    assert run_cli(db_url, "runs", "delete", gone, "--yes").returncode == 0
+    ingest(engine, [str(SAMPLE)])
+    script = textwrap.dedent("""
+        import os, signal, sys
+        from warehouse.db.engine import make_read_engine, resolve_url
+        import warehouse.lake.iceberg as iceberg
+        from warehouse.lake.sync import Catalog, sync_lake
+        real, calls = iceberg._publish_table, []
+        def killing(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 6:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real(*args, **kwargs)
+        iceberg._publish_table = killing
+        sync_lake(make_read_engine(resolve_url(sys.argv[1])), sys.argv[2], iceberg=Catalog(sys.argv[3]))
+    """)
+    killed = subprocess.run([sys.executable, "-c", script, db_url, str(out), catalog], capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert killed.returncode == -9, killed.stderr
+    assert manifest(out)["sync"] == 2
+    syncs = {}
+    for name in ALL_TABLES:
+        table = _catalog(catalog).load_table(("warehouse", name))
+        syncs[name] = table.properties["warehouse.lake-sync"]
+        for task in table.scan().plan_files():
+            assert Path(task.file.file_path.removeprefix("file://")).is_file(), task.file.file_path
+    assert set(syncs.values()) == {"1", "2"}  # five tables committed, the rest not
+    iceberg_rows(catalog)  # every table reads
+
+    info = sync_lake(engine, out, iceberg=Catalog(catalog))
+    assert not info.changed and info.iceberg_tables == len(ALL_TABLES) - 5
+    assert_published(out, catalog)
+    assert set(stamps(out)) == {e["path"] for e in manifest(out)["files"]}
