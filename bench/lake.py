@@ -4,12 +4,13 @@ after a one-run ingest into math×20 takes time proportional to that run, not th
 it is set beside the ingest of the same run (which costs the same however much the warehouse
 holds) and beside the full sync.
 
-    python -m bench.lake --db WAREHOUSE --run RUN_DATA --out LAKE [--repeat 3]
+    python -m bench.lake --db WAREHOUSE --run RUN_DATA --out LAKE [--repeat 3] [--iceberg CATALOG]
 
 WAREHOUSE is written (RUN_DATA is ingested into it): give a copy (`warehouse db copy`, or cp of a
 SQLite file), never a warehouse to keep. LAKE must be missing or empty; it is left as synced.
 The figures: the full sync, the ingest, the sync after it (the runs and files it wrote), a sync
-with nothing new, and the incremental sync's share of the full one.
+with nothing new, and the incremental sync's share of the full one. With --iceberg, every sync
+publishes the lake's tables to that Iceberg catalog too (a new SQLite file, say).
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ def _timed(command: list[str]) -> tuple[float, subprocess.CompletedProcess]:
     return elapsed, done
 
 
-def _sync(db: str, out: Path) -> tuple[float, dict]:
-    elapsed, done = _timed(_warehouse("--db", db, "lake", "sync", str(out), "--json"))
+def _sync(db: str, out: Path, iceberg: str | None) -> tuple[float, dict]:
+    publish = ["--iceberg", iceberg] if iceberg else []
+    elapsed, done = _timed(_warehouse("--db", db, "lake", "sync", str(out), "--json", *publish))
     return elapsed, json.loads(done.stdout)
 
 
@@ -46,7 +48,8 @@ def _trials(db: str) -> int:
     return int(done.stdout.split()[-1])
 
 
-def measure(db: str, run_data: str | Path, out: Path, repeat: int = 1) -> list[tuple[str, str]]:
+def measure(db: str, run_data: str | Path, out: Path, repeat: int = 1,
+            iceberg: str | None = None) -> list[tuple[str, str]]:
     """Time (whole process) a full sync of `db` into `out`, the ingest of `run_data`, the sync
     after it, and a sync with nothing new; the figures, also printed. `repeat` > 1 repeats the
     full sync (into fresh folders beside `out`) and the nothing-new sync, reporting medians; the
@@ -55,12 +58,12 @@ def measure(db: str, run_data: str | Path, out: Path, repeat: int = 1) -> list[t
     full_times = []
     for i in range(repeat):
         target = out if i == repeat - 1 else out.with_name(f"{out.name}-full-{i}")
-        elapsed, full = _sync(db, target)
+        elapsed, full = _sync(db, target, iceberg if target == out else None)
         full_times.append(elapsed)
     full_s = sorted(full_times)[len(full_times) // 2]
     ingest_s, _ = _timed(_warehouse("--db", db, "ingest", str(run_data)))
-    incremental_s, incremental = _sync(db, out)
-    idle = sorted(_sync(db, out)[0] for _ in range(repeat))[repeat // 2]
+    incremental_s, incremental = _sync(db, out, iceberg)
+    idle = sorted(_sync(db, out, iceberg)[0] for _ in range(repeat))[repeat // 2]
     trials_after = _trials(db)
     rows = [
         ("warehouse", f"{trials_before} trials before, {trials_after} after ({trials_after - trials_before} new)"),
@@ -86,8 +89,9 @@ def main() -> None:
     parser.add_argument("--run", required=True, help="what to ingest as the one new run")
     parser.add_argument("--out", required=True, type=Path, help="the lake folder (missing or empty)")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--iceberg", help="an Iceberg catalog every sync of OUT publishes to (lake sync --iceberg)")
     args = parser.parse_args()
-    measure(args.db, args.run, args.out, args.repeat)
+    measure(args.db, args.run, args.out, args.repeat, args.iceberg)
 
 
 if __name__ == "__main__":

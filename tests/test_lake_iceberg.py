@@ -138,15 +138,15 @@ def test_the_iceberg_tables_hold_the_lakes_rows_sync_after_sync(db_url, engine, 
 
 def test_the_command_and_the_api(db_url, engine, catalog_url, tmp_path):
     query_fixture.build(engine)
-    done = run_cli(db_url, "lake", "sync", str(tmp_path / "lake"), "--iceberg", catalog_url,
-                   "--iceberg-namespace", "warehouse")
+    out = tmp_path / "a lake, named [oddly]"  # written as it is in the data files' file:// paths
+    done = run_cli(db_url, "lake", "sync", str(out), "--iceberg", catalog_url, "--iceberg-namespace", "warehouse")
     assert done.returncode == 0, done.stderr
     assert "; Iceberg: 17 tables committed to " in done.stderr
-    assert_published(tmp_path / "lake", catalog_url)
+    assert_published(out, catalog_url)
     ingest(engine, [str(SAMPLE)])
-    info = Warehouse(db_url).lake_sync(tmp_path / "lake", iceberg=catalog_url)
+    info = Warehouse(db_url).lake_sync(out, iceberg=catalog_url)
     assert len(info.runs_new) == 2
-    assert_published(tmp_path / "lake", catalog_url)
+    assert_published(out, catalog_url)
 
 
 def test_a_published_lake_refuses_a_sync_without_its_catalog(db_url, engine, tmp_path):
@@ -167,12 +167,15 @@ def test_bad_catalogs_are_refused_before_anything_is_written(db_url, engine, tmp
     for args, words in [(["--iceberg", "nosuch://x/y"], "unsupported database 'nosuch'"),
                         (["--iceberg", "sqlite://"], "an in-memory SQLite database keeps nothing"),
                         (["--iceberg", str(tmp_path / "c.db"), "--iceberg-namespace", "a b"],
-                         "Iceberg namespace must be a plain name")]:
-        done = run_cli(db_url, "lake", "sync", str(tmp_path / "lake"), *args)
+                         "Iceberg namespace must be a plain name"),
+                        (["--iceberg", str(tmp_path / "c.db"), "#1"],  # a fragment to a URI's reader
+                         "Iceberg cannot name files under a path holding '#'")]:
+        out = tmp_path / ("lake" + (args.pop() if args[-1] == "#1" else ""))
+        done = run_cli(db_url, "lake", "sync", str(out), *args)
         assert done.returncode != 0, args
         assert done.stderr.startswith("Error: ") and words in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-        assert not (tmp_path / "lake").exists()
+        assert not out.exists() and not (tmp_path / "c.db").exists()
 
 
 def test_a_catalog_that_fails_leaves_the_lake_synced_and_the_next_sync_catches_up(db_url, engine, tmp_path):

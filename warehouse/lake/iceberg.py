@@ -33,7 +33,6 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -81,11 +80,22 @@ class Catalog:
         return {"catalog": self.shown, "namespace": self.namespace}
 
 
+def check_location(shown: str, root: str) -> None:
+    """Refuse a lake whose path Iceberg's readers would misread in a file URI: pyiceberg (as Java's
+    URI parsing) takes '#' and '?' as the start of a fragment or a query, and reads '%' escapes
+    nowhere (a space is fine)."""
+    odd = sorted(set(root) & set("#?%"))
+    if odd:
+        raise WarehouseError(f"{shown}: Iceberg cannot name files under a path holding "
+                             f"{' or '.join(repr(c) for c in odd)}: sync into a folder without")
+
+
 def publish(catalog: Catalog, lake: Destination, manifest: dict[str, Any]) -> int:
     """Make each table in `catalog` hold exactly the manifest's files; returns how many tables
     were committed."""
     url = resolve_url(catalog.url)
-    root = Path(lake.root).as_uri() if lake.local else lake.shown.rstrip("/")
+    # Unescaped: pyiceberg, like Iceberg's Java FileIO, takes a file:// path as it is written.
+    root = f"file://{lake.root}" if lake.local else lake.shown.rstrip("/")
     try:
         from pyiceberg.catalog.sql import SqlCatalog
     except ImportError:

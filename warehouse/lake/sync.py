@@ -104,7 +104,7 @@ from warehouse.export_tables import (
     EMPTY_PARTITION, PARTITION, RUN_SCOPED, TABLES, VIEWS_SQL, Part, run_query, shared_query, view_definitions, views_sql,
     write_parts,
 )
-from warehouse.lake.iceberg import Catalog, publish
+from warehouse.lake.iceberg import Catalog, check_location, publish
 from warehouse.lake.layout import FORMAT, MANIFEST, parse_manifest, read_manifest
 from warehouse.outdir import check_parent
 
@@ -218,8 +218,10 @@ def sync_lake(engine: Engine, out: str | os.PathLike[str], *, full: bool = False
     pyarrow.fs.FSSpecHandler), `out` being the lake's path in it. `iceberg`: publish the
     lake's tables to that Iceberg catalog too (warehouse.lake.iceberg)."""
     lake = destination(out) if filesystem is None else Destination(os.fspath(out), filesystem, os.fspath(out).rstrip("/"))
-    if iceberg is not None and filesystem is not None and not lake.local:
-        raise WarehouseError("Iceberg names files by URL: give the lake as a URL (s3://…), not a file system")
+    if iceberg is not None:
+        if filesystem is not None and not lake.local:
+            raise WarehouseError("Iceberg names files by URL: give the lake as a URL (s3://…), not a file system")
+        check_location(lake.shown, lake.root)
     created = _prepare(lake)
     try:
         return _sync_locked(engine, lake, full, iceberg)
