@@ -33,11 +33,11 @@ from warehouse.db import models
 from warehouse.hub_columns import FIELD_COLUMNS
 from warehouse.runs import dataset_names
 
-_TRIALS, _RUNS = models.Trial.__table__, models.Run.__table__
-_LOADS, _SOURCES = models.Load.__table__, models.Source.__table__
-_TRIAL_LOADS, _EPISODE_LOADS = models.TrialLoad.__table__, models.EpisodeLoad.__table__
-_CONFLICTS, _EPISODES = models.Conflict.__table__, models.Episode.__table__
-_OUTCOMES, _RUN_SOURCES = models.RunTaskOutcome.__table__, models.RunSource.__table__
+_TRIALS, _RUNS = models.trials, models.runs
+_LOADS, _SOURCES = models.loads, models.sources
+_TRIAL_LOADS, _EPISODE_LOADS = models.trial_loads, models.episode_loads
+_CONFLICTS, _EPISODES = models.conflicts, models.episodes
+_OUTCOMES, _RUN_SOURCES = models.run_task_outcomes, models.run_sources
 
 
 @dataclass(frozen=True)
@@ -315,7 +315,7 @@ def _runs_left_empty(conn: Connection, trial_ids: list[int]) -> list[int]:
 
 def _delete_empty_run(conn: Connection, run_id: int) -> None:
     """A run with no trial left: its summaries, labels, sources' links and itself."""
-    for table in (_OUTCOMES, models.RunTaskBreakdown.__table__, models.RunLabel.__table__, _RUN_SOURCES):
+    for table in (_OUTCOMES, models.run_task_breakdown, models.run_labels, _RUN_SOURCES):
         conn.execute(delete(table).where(table.c.run_id == run_id))
     conn.execute(delete(_RUNS).where(_RUNS.c.id == run_id))
 

@@ -6,10 +6,10 @@ one from $WAREHOUSE_DB."""
 from alembic import context
 
 from warehouse.db.engine import make_engine, resolve_url
-from warehouse.db.models import Base
+from warehouse.db.models import metadata
 
 config = context.config
-target_metadata = Base.metadata
+target_metadata = metadata
 
 
 def _include_object(obj, name, type_, reflected, compare_to) -> bool:

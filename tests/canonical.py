@@ -60,8 +60,7 @@ def _line(row: dict[str, Any]) -> str:
     return json.dumps(_plain(row), sort_keys=True, ensure_ascii=True)
 
 
-def _rows(conn, model) -> list[dict[str, Any]]:
-    table = model.__table__
+def _rows(conn, table) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(select(table))]
 
 
@@ -76,23 +75,23 @@ def dump(engine: Engine, *, order_independent: bool = False) -> dict[str, list[s
         # every dump checks them, as `warehouse db check` does.
         dangling = integrity.broken_references(conn)
         assert dangling == [], f"rows referring to rows that do not exist: {dangling}"
-        sources = _rows(conn, models.Source)
-        loads = _rows(conn, models.Load)
-        runs = _rows(conn, models.Run)
-        tasks = _rows(conn, models.Task)
-        trials = _rows(conn, models.Trial)
-        episodes = _rows(conn, models.Episode)
-        turns = _rows(conn, models.Turn)  # the view: each episode's turns
-        conversations = _rows(conn, models.Conversation)
-        conversation_turns = _rows(conn, models.ConversationTurn)
-        messages = _rows(conn, models.Message)
-        episode_loads = _rows(conn, models.EpisodeLoad)
-        trial_loads = _rows(conn, models.TrialLoad)
-        conflicts = _rows(conn, models.Conflict)
-        lengths = _rows(conn, models.TrialLength)
-        breakdown = _rows(conn, models.RunTaskBreakdown)
-        outcomes = _rows(conn, models.RunTaskOutcome)
-        run_sources = _rows(conn, models.RunSource)
+        sources = _rows(conn, models.sources)
+        loads = _rows(conn, models.loads)
+        runs = _rows(conn, models.runs)
+        tasks = _rows(conn, models.tasks)
+        trials = _rows(conn, models.trials)
+        episodes = _rows(conn, models.episodes)
+        turns = _rows(conn, models.turns)  # the view: each episode's turns
+        conversations = _rows(conn, models.conversations)
+        conversation_turns = _rows(conn, models.conversation_turns)
+        messages = _rows(conn, models.messages)
+        episode_loads = _rows(conn, models.episode_loads)
+        trial_loads = _rows(conn, models.trial_loads)
+        conflicts = _rows(conn, models.conflicts)
+        lengths = _rows(conn, models.trial_lengths)
+        breakdown = _rows(conn, models.run_task_breakdown)
+        outcomes = _rows(conn, models.run_task_outcomes)
+        run_sources = _rows(conn, models.run_sources)
 
     source_key = {s["id"]: [s["kind"], s["uri"]] for s in sources}
     load_key = {ld["id"]: [source_key[ld["source_id"]], ld["unit"], ld["content_hash"]] for ld in loads}

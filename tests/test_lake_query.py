@@ -42,7 +42,7 @@ ODD = 'odd "key\\'
 
 def _rewards(engine) -> None:
     """Two keys in most trials' rewards (the third trial of every three has none)."""
-    trials = models.Base.metadata.tables["trials"]
+    trials = models.metadata.tables["trials"]
     with engine.begin() as conn:
         ids = conn.execute(select(trials.c.id).order_by(trials.c.id)).scalars().all()
         for i, trial_id in enumerate(ids):

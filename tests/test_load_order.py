@@ -23,7 +23,7 @@ from conftest import fresh_warehouse
 from helpers import hub_row, write_shard
 from ingest.pipeline import ingest
 from order_sources import SUBAGENT, make_sources
-from warehouse.db.models import Conversation, ConversationTurn, Episode
+from warehouse.db.models import conversation_turns, conversations, episodes
 from warehouse.db.engine import make_engine, resolve_url
 from warehouse.export import export_hub
 from warehouse.queries import QUERIES, run_canned
@@ -69,19 +69,19 @@ def _assert_conversations_stored_once(engine) -> None:
     with engine.connect() as conn:
         turns: dict[int, list[tuple]] = {}
         for cid, role, mid, extra in conn.execute(select(
-                ConversationTurn.conversation_id, ConversationTurn.role, ConversationTurn.message_id,
-                ConversationTurn.extra).order_by(ConversationTurn.conversation_id, ConversationTurn.idx)):
+                conversation_turns.c.conversation_id, conversation_turns.c.role, conversation_turns.c.message_id,
+                conversation_turns.c.extra).order_by(conversation_turns.c.conversation_id, conversation_turns.c.idx)):
             turns.setdefault(cid, []).append((role, mid, json.dumps(extra, sort_keys=True)))
-        longest = dict(conn.execute(select(Episode.conversation_id, func.max(Episode.n_turns))
-                                    .where(Episode.conversation_id.is_not(None)).group_by(Episode.conversation_id)).all())
-        trial_of = dict(conn.execute(select(Conversation.id, Conversation.trial_id)).all())
+        longest = dict(conn.execute(select(episodes.c.conversation_id, func.max(episodes.c.n_turns))
+                                    .where(episodes.c.conversation_id.is_not(None)).group_by(episodes.c.conversation_id)).all())
+        trial_of = dict(conn.execute(select(conversations.c.id, conversations.c.trial_id)).all())
     assert {cid: len(t) for cid, t in turns.items()} == {cid: longest.get(cid) for cid in turns}
     assert set(trial_of) == set(turns)
     by_trial: dict[int, list[list[tuple]]] = {}
     for cid, trial in trial_of.items():
         by_trial.setdefault(trial, []).append(turns[cid])
-    for conversations in by_trial.values():
-        for a, b in itertools.permutations(conversations, 2):
+    for held in by_trial.values():
+        for a, b in itertools.permutations(held, 2):
             assert b[:len(a)] != a, "a conversation stored as a prefix of another"
 
 

@@ -20,7 +20,7 @@ from procs import fresh_database
 from ingest.pipeline import ingest
 from warehouse.db import schema
 from warehouse.db.engine import make_engine, resolve_url
-from warehouse.db.models import Base
+from warehouse.db.models import metadata
 from warehouse.errors import SchemaError
 
 SAMPLE = Path(__file__).resolve().parents[1] / "examples" / "sample"
@@ -70,7 +70,7 @@ def test_every_revision_down_and_up(empty_engine):
 def test_models_match_migrations(empty_engine):
     schema.upgrade(empty_engine)
     with empty_engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), Base.metadata)
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata)
     if empty_engine.dialect.name == "postgresql":
         # The bulk tables' references, which the models declare and PostgreSQL leaves to the
         # writer (migration 0016): exactly those are missing there.

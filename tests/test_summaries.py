@@ -38,8 +38,8 @@ def _runs(url, given=None) -> list[dict]:
 
 def expected(engine) -> dict[str, Any]:
     with engine.connect() as conn:
-        trials = conn.execute(select(models.Trial.__table__)).mappings().all()
-        episodes = conn.execute(select(models.Episode.__table__)).mappings().all()
+        trials = conn.execute(select(models.trials)).mappings().all()
+        episodes = conn.execute(select(models.episodes)).mappings().all()
         sources = conn.execute(text(
             "SELECT DISTINCT tr.run_id, l.source_id FROM trial_loads tl "
             "JOIN trials tr ON tr.id = tl.trial_id JOIN loads l ON l.id = tl.load_id")).all()
@@ -94,18 +94,18 @@ def expected(engine) -> dict[str, Any]:
 def stored(engine) -> dict[str, Any]:
     with engine.connect() as conn:
         def rows(model):
-            return conn.execute(select(model.__table__)).mappings().all()
+            return conn.execute(select(model)).mappings().all()
 
-        counted = [c.name for c in models.RunTaskBreakdown.__table__.c
+        counted = [c.name for c in models.run_task_breakdown.c
                    if c.name.startswith(("n_", "reward", "first", "last"))]
         return {
             "trial_lengths": {r["trial_id"]: (r["run_id"], r["turns"], r["chars"], r["input_tokens"],
-                                              r["output_tokens"]) for r in rows(models.TrialLength)},
+                                              r["output_tokens"]) for r in rows(models.trial_lengths)},
             "run_task_breakdown": {(r["run_id"], r["task_id"], r["agent"], r["model"], r["exception_type"]):
-                                   {c: r[c] for c in counted} for r in rows(models.RunTaskBreakdown)},
+                                   {c: r[c] for c in counted} for r in rows(models.run_task_breakdown)},
             "run_task_outcomes": {(r["run_id"], r["task_id"]): {c: r[c] for c in [*counted, "n_errors"]}
-                                  for r in rows(models.RunTaskOutcome)},
-            "run_sources": {(r["run_id"], r["source_id"]) for r in rows(models.RunSource)},
+                                  for r in rows(models.run_task_outcomes)},
+            "run_sources": {(r["run_id"], r["source_id"]) for r in rows(models.run_sources)},
             "row_counts": {name: conn.execute(text(f"SELECT count(*) FROM {name}")).scalar()
                            for name in SUMMARY_TABLES},
         }

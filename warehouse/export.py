@@ -54,9 +54,8 @@ from warehouse.texts import exact_column, from_bytes
 from warehouse.version import __version__
 
 SOURCES, LOADS, RUNS, TASKS, TRIALS, EPISODES, CONVERSATION_TURNS, MESSAGES, EPISODE_LOADS, TRIAL_LOADS, CONFLICTS = (
-    m.__table__ for m in (models.Source, models.Load, models.Run, models.Task, models.Trial, models.Episode,
-                          models.ConversationTurn, models.Message, models.EpisodeLoad, models.TrialLoad,
-                          models.Conflict)
+    models.sources, models.loads, models.runs, models.tasks, models.trials, models.episodes,
+    models.conversation_turns, models.messages, models.episode_loads, models.trial_loads, models.conflicts,
 )
 
 CHUNK_ROWS = 1000

@@ -52,7 +52,7 @@ ROW_GROUP_BYTES = 64 << 20
 PART_BYTES = 256 << 20  # a file rolls over past this much (uncompressed Arrow) data
 COMPRESSION = "zstd"
 
-TABLES = {t.name: t for t in models.Base.metadata.sorted_tables}
+TABLES = {t.name: t for t in models.metadata.sorted_tables}
 TRIALS, EPISODES, CONVERSATIONS = TABLES["trials"], TABLES["episodes"], TABLES["conversations"]
 # How each run-scoped table reaches trials.run_id: the joins, and the order rows are written in.
 RUN_SCOPED: dict[str, tuple[list, list[str]]] = {

@@ -19,9 +19,9 @@ from warehouse.runs import resolve_run
 from warehouse.texts import exact_column, join_text
 from warehouse.turn_parts import Part, split_turn
 
-RUNS, TASKS, TRIALS = models.Run.__table__, models.Task.__table__, models.Trial.__table__
-EPISODES, TURNS, MESSAGES = models.Episode.__table__, models.Turn.__table__, models.Message.__table__
-TRIAL_LOADS, LOADS, SOURCES = models.TrialLoad.__table__, models.Load.__table__, models.Source.__table__
+RUNS, TASKS, TRIALS = models.runs, models.tasks, models.trials
+EPISODES, TURNS, MESSAGES = models.episodes, models.turns, models.messages
+TRIAL_LOADS, LOADS, SOURCES = models.trial_loads, models.loads, models.sources
 
 MAIN = "main"
 

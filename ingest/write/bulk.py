@@ -80,7 +80,7 @@ Processor = Callable[[Any], Any] | None
 _SPARE_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # Tables in foreign-key order (referenced tables first), for writing queued rows.
-_DEPENDENCY_ORDER = {table.name: i for i, table in enumerate(models.Base.metadata.sorted_tables)}
+_DEPENDENCY_ORDER = {table.name: i for i, table in enumerate(models.metadata.sorted_tables)}
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

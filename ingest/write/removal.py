@@ -33,13 +33,13 @@ from ingest.write import bulk
 from warehouse.db import models
 from warehouse.search import forget_messages
 
-_TRIALS, _RUNS, _TASKS = models.Trial.__table__, models.Run.__table__, models.Task.__table__
-_EPISODES, _MESSAGES = models.Episode.__table__, models.Message.__table__
-_CONVERSATIONS, _TURNS = models.Conversation.__table__, models.ConversationTurn.__table__
-_LOADS, _SOURCES = models.Load.__table__, models.Source.__table__
-_TRIAL_LOADS, _EPISODE_LOADS = models.TrialLoad.__table__, models.EpisodeLoad.__table__
-_CONFLICTS, _LENGTHS = models.Conflict.__table__, models.TrialLength.__table__
-_OUTCOMES, _RUN_SOURCES = models.RunTaskOutcome.__table__, models.RunSource.__table__
+_TRIALS, _RUNS, _TASKS = models.trials, models.runs, models.tasks
+_EPISODES, _MESSAGES = models.episodes, models.messages
+_CONVERSATIONS, _TURNS = models.conversations, models.conversation_turns
+_LOADS, _SOURCES = models.loads, models.sources
+_TRIAL_LOADS, _EPISODE_LOADS = models.trial_loads, models.episode_loads
+_CONFLICTS, _LENGTHS = models.conflicts, models.trial_lengths
+_OUTCOMES, _RUN_SOURCES = models.run_task_outcomes, models.run_sources
 
 _CHUNK = 500  # ids per IN list
 

@@ -334,7 +334,7 @@ def _arrived(extra: dict[str, Any] | None, stored_key: tuple[str, int]) -> tuple
 
 
 def _turns(w: UnitWriter, episode_ids: list[int]) -> dict[int, list[tuple[str, int | None, Any]]]:
-    turns = models.Turn.__table__  # the view: each episode's turns
+    turns = models.turns  # the view: each episode's turns
     out: dict[int, list[tuple[str, int | None, Any]]] = {}
     for ids in bulk.chunks(sorted(episode_ids), _CHUNK):
         for row in w.execute(select(turns.c.episode_id, turns.c.role, turns.c.message_id, turns.c.extra)

@@ -38,13 +38,10 @@ from warehouse.runs import dataset_names, labels_of, set_labels, source_run_name
 from warehouse.texts import join_text
 from warehouse.version import __version__
 
-T = {name: model.__table__ for name, model in {
-    "sources": models.Source, "loads": models.Load, "runs": models.Run, "tasks": models.Task,
-    "trials": models.Trial, "episodes": models.Episode, "conversations": models.Conversation,
-    "conversation_turns": models.ConversationTurn,
-    "messages": models.Message, "episode_loads": models.EpisodeLoad,
-    "trial_loads": models.TrialLoad, "conflicts": models.Conflict,
-}.items()}
+T = {table.name: table for table in (
+    models.sources, models.loads, models.runs, models.tasks, models.trials, models.episodes, models.conversations,
+    models.conversation_turns, models.messages, models.episode_loads, models.trial_loads, models.conflicts,
+)}
 
 # Bounds of the per-unit caches (entries); see UnitWriter._forget_if_large.
 MESSAGE_CACHE = 200_000

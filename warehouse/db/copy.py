@@ -37,7 +37,7 @@ from warehouse.db.session import write_transaction
 from warehouse.db.types import Json, UtcDateTime
 from warehouse.errors import WarehouseError
 
-TABLES: tuple[Table, ...] = tuple(models.Base.metadata.sorted_tables)  # parents before children
+TABLES: tuple[Table, ...] = tuple(models.metadata.sorted_tables)  # parents before children
 BATCH = 2_000  # rows read and written at a time
 _MOD = 2**256
 

@@ -42,10 +42,10 @@ def _references() -> tuple[tuple[str, str], ...]:
     """A check per reference the models declare: rows naming a row that does not exist. The
     ingest writer keeps references itself (SQLite's per-row checks are off for it; PostgreSQL
     declares none on the bulk tables, migration 0016), so this is where they are proved."""
-    from warehouse.db.models import Base
+    from warehouse.db.models import metadata
 
     checks = []
-    for table in Base.metadata.sorted_tables:
+    for table in metadata.sorted_tables:
         for fk in sorted(table.foreign_keys, key=lambda fk: fk.parent.name):
             column, target = fk.parent.name, fk.column
             checks.append((

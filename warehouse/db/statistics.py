@@ -86,7 +86,7 @@ def refresh(engine: Engine, *, every_table: bool = False) -> Analysis:
     if engine.dialect.name != "postgresql":
         return done
     started = time.perf_counter()
-    names = sorted(models.Base.metadata.tables)
+    names = sorted(models.metadata.tables)
     # Autocommit: VACUUM cannot run inside a transaction, and each table's statistics are
     # committed (and used) as soon as they are gathered.
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
