@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -14,10 +14,10 @@ from sqlalchemy import Engine
 from ingest import trace_pipeline
 from ingest.process.worker import Reader, WorkerDied
 from ingest.read import limits, traces
+from ingest.read.shard_job import ShardError, ShardStart, Started, prepared_batches
 from ingest.read.sources import Source, resolve
 from ingest.report import (IngestStopped, Progress, Summary, fail, is_database_error, is_fatal, one_unit,
                            relative_unit)
-from ingest.shape.prepare import Batch
 from ingest.write import writer
 from warehouse.db import statistics
 from warehouse.errors import WarehouseError, first_line, interruption
@@ -42,6 +42,8 @@ def ingest(
     keep_going: bool = False,
     progress: Progress | None = None,
     warn: Callable[[str], None] = lambda _msg: None,
+    reader: Reader | None = None,
+    ahead: Started | None = None,
 ) -> Summary:
     """Load every unit of every source. A bad unit is reported (one line, in `summary.errors`
     and through `warn`) and written not at all; every other unit still loads. A bad row fails
@@ -50,10 +52,13 @@ def ingest(
     Runs: rows without a run id belong to the run `run` (else the dataset's name); every run a
     source's rows belong to is then named `run` (replacing its name), else, where it has none,
     the dataset's name; and given `labels`, replacing their keys' values, and the labels its
-    dataset card declares, where it has none for the key (writer.name_source_runs)."""
+    dataset card declares, where it has none for the key (writer.name_source_runs).
+
+    `reader`: the reader process to use (else one of its own); `ahead`: a shard it was
+    started on already (warehouse.api.Warehouse.ingest starts the first before the schema)."""
     limits.check()  # a mistyped limit fails the ingest before anything is read
     return load(engine, [_plan(spec) for spec in specs], run=run, labels=labels, keep_going=keep_going,
-                progress=progress, warn=warn)
+                progress=progress, warn=warn, reader=reader, ahead=ahead)
 
 
 Plan = tuple[Source | WarehouseError, list[traces.TraceUnit]]
@@ -62,7 +67,7 @@ Plan = tuple[Source | WarehouseError, list[traces.TraceUnit]]
 def load(engine: Engine, plans: list[Plan], *, run: str | None = None, labels: dict[str, str] | None = None,
          keep_going: bool = False, progress: Progress | None = None,
          warn: Callable[[str], None] = lambda _msg: None, reader: Reader | None = None,
-         statistics: bool = True) -> Summary:
+         statistics: bool = True, ahead: Started | None = None) -> Summary:
     """`ingest`, of sources already resolved (`_plan`): what `ingest --watch` calls with the
     units that are ready each time it looks (ingest.watch), keeping its `reader` process between
     calls and refreshing the planner's `statistics` itself."""
@@ -86,8 +91,10 @@ def load(engine: Engine, plans: list[Plan], *, run: str | None = None, labels: d
                         source_id = trace_pipeline.ingest_traces(engine, source, units, run, summary, progress, warn)
                         default_name = None  # a trace run is named for its job folder (or trial's folder)
                     else:
-                        source_id = _ingest_parquet(engine, reader, source, run, keep_going, summary, progress, warn)
+                        source_id = _ingest_parquet(engine, reader, source, run, keep_going, summary, progress, warn,
+                                                    ahead)
                         default_name = source.name
+                    ahead = None  # the first source's first shard, or none
                     if source_id is not None:
                         writer.name_source_runs(engine, source_id, run or default_name, rename=run is not None,
                                                 labels=labels, source_labels=source.labels)
@@ -139,18 +146,21 @@ def refresh_statistics(engine: Engine, summary: Summary) -> None:
 
 
 def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, summary: Summary, progress,
-                    warn) -> int:
+                    warn, ahead: Started | None = None) -> int:
     source_id = writer.ensure_source(engine, source.kind, source.uri, source.name, source.revision, source.card)
     run_key = run or source.name
     # A source never loaded before is new shard after shard: the reader starts on each while this
     # process hashes it and opens its unit, instead of after (the first batch comes that much
-    # sooner). For any other source the hash decides first, so a re-ingest starts no reader.
+    # sooner). For any other source the hash decides first, so a re-ingest starts no reader (a
+    # reader started ahead on its first shard is stopped by the next job, or at the end).
     new_source = not writer.has_loads(engine, source_id)
-    if new_source:
-        _import_pyarrow()  # before the reader is forked: the two processes then share its pages
     for shard in source.shards:
         progress.unit(source.name, shard.name, _file_size(shard))
-        batches = reader.run(_prepared_batches, shard, source.name, run) if new_source else None
+        if new_source and ahead is not None and ahead.shard == shard:
+            items = ahead.items
+        else:
+            items = reader.run(_prepared_batches, shard, source.name, run) if new_source else None
+        ahead = None
         try:
             content_hash = file_hash(shard)
         except OSError as exc:  # unreadable, or gone since the folder was listed
@@ -160,44 +170,29 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
         if writer.is_loaded(engine, source_id, unit_name, content_hash):  # (its started batches are dropped)
             summary.units_skipped += 1
             continue
-        hub = _import_pyarrow()
-        from warehouse.arrow_json import schema_to_json
-
-        with one_unit(summary, warn, shard, lambda exc: _shard_error(hub, shard, exc)):
-            pf, info = hub.open_shard(shard)
+        with one_unit(summary, warn, shard, lambda exc: _shard_error(shard, exc)):
+            items = iter(items or reader.run(_prepared_batches, shard, source.name, run))
+            start: ShardStart = next(items)  # the reader opened the shard and checked its schema
             done = 0
-            with writer.unit(engine, source_id, unit_name, content_hash, schema_to_json(info.schema)) as unit:
-                for batch in batches or reader.run(_prepared_batches, shard, source.name, run):
+            with writer.unit(engine, source_id, unit_name, content_hash, start.schema_json, start.columns) as unit:
+                for batch in items:
                     if batch.rejected and not keep_going:
                         first = batch.rejected[0]
-                        raise hub.ShardError(f"{first.where}: {first.reason}")
+                        raise ShardError(f"{first.where}: {first.reason}")
                     unit.add_batch(batch, {run_key: run_key})
                     summary.bytes_read += batch.n_bytes
                     done += len(batch.trials) + len(batch.rejected)
-                    progress.rows(done, info.n_rows)
+                    progress.rows(done, start.n_rows)
             summary.add(unit.counts)
     return source_id
 
 
-def _import_pyarrow():
-    """ingest.read.hub, and so pyarrow: imported only when a shard is read, not at the top, since a
-    re-ingest that skips every shard never needs it."""
-    from ingest.read import hub
-
-    return hub
+# The reader's job for a shard, looked up here when a job is sent (tests put another in its place).
+_prepared_batches = prepared_batches
 
 
-def _prepared_batches(shard: Path, run_name: str, run_override: str | None) -> Iterator[Batch]:
-    """A shard's rows as prepared batches (run in the reader process)."""
-    from ingest.read import hub
-
-    hub.use_system_allocator()
-    pf, _ = hub.open_shard(shard)
-    yield from hub.read_batches(pf, shard, run_name, run_override)
-
-
-def _shard_error(hub, shard: Path, exc: Exception) -> str | None:
-    if isinstance(exc, hub.ShardError):
+def _shard_error(shard: Path, exc: Exception) -> str | None:
+    if isinstance(exc, ShardError):
         return str(exc)
     if isinstance(exc, UnicodeError):
         return f"{shard}: text that is not valid UTF-8 ({exc.reason})"

@@ -96,6 +96,16 @@ def test_a_read_imports_only_what_it_needs(sample_db, backend, tmp_path, args):
     assert not offending(modules, unwanted)
 
 
+def test_an_ingest_leaves_arrow_and_the_orm_to_its_reader(empty_db_url, backend, tmp_path):
+    """The writer process of a Parquet ingest never imports pyarrow (its reader process, forked
+    before the writer imports the rest of itself, reads the shards and says what each is) nor
+    SQLAlchemy's ORM (the schema is Core tables): its start-up is the ingest's lead."""
+    proc, modules = imported(tmp_path, "--db", empty_db_url, "ingest", str(SAMPLE))
+    assert "units: 1 loaded" in proc.stderr and "episodes: 36 new" in proc.stderr
+    assert "ingest.write.writer" in modules and "warehouse.db.models" in modules  # it wrote
+    assert not offending(modules, ("pyarrow", "numpy", "sqlalchemy.orm", "ingest.read.hub"))
+
+
 def test_root_help_lists_every_command_with_its_own_short_help():
     """COMMANDS keeps each command's short help as data, so that `--help` imports no command
     module; here every module is imported and the real commands are held to the table."""

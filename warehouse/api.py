@@ -217,19 +217,20 @@ class Warehouse:
 
         `run` names every run the sources' rows belong to (and is the run of rows that carry
         none); `label` gives them labels: "key=value", several, or a dict."""
-        from ingest.pipeline import ingest
-        from ingest.report import Progress
-
         specs = check.paths(sources, "sources")
         check.optional_text(run, "run")
         check.labels(label)
         check.flag(keep_going, "keep_going")
-        check.implements(progress, Progress, "progress")
         check.optional_callable(warn, "warn")
-        with _errors(), first_load(self.engine):
+        with _errors(), _reading_ahead(specs, run) as (reader, ahead), first_load(self.engine):
+            # Imported while the reader reads: the writer's modules and the schema are its lead.
+            from ingest.pipeline import ingest
+            from ingest.report import Progress
+
+            check.implements(progress, Progress, "progress")
             engine, labels = self._ingest_target(run, label)
             report = ingest(engine, specs, run=run, labels=labels, keep_going=keep_going, progress=progress,
-                            warn=warn or (lambda _msg: None))
+                            warn=warn or (lambda _msg: None), reader=reader, ahead=ahead)
         report.database = self.name
         if report.errors and not keep_going:
             raise IngestError(report)
@@ -274,10 +275,7 @@ class Warehouse:
         shadow another run, is refused here, before anything is written."""
         from warehouse.runs import label_pairs
 
-        # Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
-        # system allocator returns them, which keeps the process's memory flat. Arrow reads this
-        # when it first allocates (it is imported only once a shard needs reading).
-        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+        _system_arrow_pool()
         labels = dict(label_pairs(label))  # a key given twice keeps its last value
         engine = self.write_engine(create=True)
         if run is not None:
@@ -397,6 +395,40 @@ class Warehouse:
         engine = self.read_engine()
         with _errors():
             return sync_lake(engine, out, full=full, iceberg=catalog)
+
+
+def _system_arrow_pool() -> None:
+    """Arrow's default allocator (mimalloc) keeps freed pages; streaming shard after shard, the
+    system allocator returns them, which keeps the process's memory flat. Arrow reads this when
+    it first allocates, in this process or a reader forked from it (it is imported only once a
+    shard needs reading)."""
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+
+
+@contextmanager
+def _reading_ahead(specs: list[str], run: str | None) -> Iterator[tuple[Any, Any]]:
+    """The ingest's reader process, and the shard it was started on: the first of the first
+    source when that is a local Parquet or JSON rows dataset (ingest.read.shard_job). Forked
+    before the writer imports the rest of itself and makes the schema, it has the first batches
+    ready when the writer is; a shard the ledger has already is dropped unread (the next job
+    stops the process, or the end does)."""
+    from ingest.process.worker import Reader
+    from ingest.read import limits
+    from ingest.read.shard_job import Started, prepared_batches
+    from ingest.read.sources import resolve
+
+    _system_arrow_pool()
+    with Reader() as reader:
+        ahead = None
+        try:
+            limits.check()
+            source = resolve(specs[0]) if specs and os.path.exists(specs[0]) else None
+        except WarehouseError:  # reported by the ingest, when its turn comes
+            source = None
+        if source is not None and source.kind != "traces" and source.shards:
+            shard = source.shards[0]
+            ahead = Started(shard, reader.run(prepared_batches, shard, source.name, run))
+        yield reader, ahead
 
 
 def open_lake(path: str | os.PathLike[str], engine: str = "duckdb") -> Lake:

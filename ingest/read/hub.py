@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.process.prefetch import prefetch
+from ingest.read.shard_job import ShardError
 from ingest.shape.prepare import Batch, Messages, Turns, prepare, roles_and_digests_hash, trial_row
 from ingest.shape.records import EPISODE_RE, TRACE_SOURCE, Episode, Rejected, Trial, Turn
 from warehouse.arrow_json import to_json, unsupported
@@ -43,10 +44,6 @@ BATCH_ROWS = 256
 BATCH_BYTES = 2 << 20
 
 T = TypeVar("T")
-
-
-class ShardError(Exception):
-    """The shard cannot be read as a whole: str() is a one-line message naming file and field."""
 
 
 class RowError(Exception):

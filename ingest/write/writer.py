@@ -154,8 +154,10 @@ class AlreadyLoaded(Exception):
 
 @contextmanager
 def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
-         arrow_schema: str | None = None) -> Iterator["UnitWriter"]:
-    """Write one unit in one transaction. Raises AlreadyLoaded when the ledger has it."""
+         arrow_schema: str | None = None, columns: frozenset[str] | None = None) -> Iterator["UnitWriter"]:
+    """Write one unit in one transaction. Raises AlreadyLoaded when the ledger has it.
+    `columns`: the shard's column names, when the caller has them (else read from `arrow_schema`,
+    which takes pyarrow)."""
     started = datetime.now(timezone.utc)
     with collector.paused(), write_transaction(engine, check_references=False) as conn:
         bulk.lock_for_writing(conn)
@@ -170,7 +172,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
         writer = None
         try:
             writer = UnitWriter(conn, load_id, from_hub=arrow_schema is not None,
-                                columns=removal.shard_columns(arrow_schema))
+                                columns=removal.shard_columns(arrow_schema) if columns is None else columns)
             yield writer
             writer.settle()
             writer.flush()  # the summaries are computed from the rows written
