@@ -1,7 +1,7 @@
 """A command imports only what it needs (issue 17.7): `warehouse --help`, `query runs` and `sql`
 run the real CLI in a child process, which then lists every module it imported. How fast that
 is belongs to the benchmark (bench/run.py, the start-up rows); what is imported is checked here,
-so that a top-level import of the ingest pipeline, pyarrow or the ORM in a module a read
+so that a top-level import of the ingest pipeline, pyarrow or the schema's tables in a module a read
 command loads fails a test."""
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ with open(out, "w") as f:
     json.dump({"code": code, "modules": sorted(sys.modules)}, f)
 """
 
-# Never needed by a read: the ingest pipeline and what only it uses, the ORM models (only
-# migrations and tests use them), Alembic (the schema check reads alembic_version itself);
+# Never needed by a read: the ingest pipeline and what only it uses, the schema's tables
+# (warehouse.db.models: the ingest, migrations and tests use them), Alembic (the schema check reads alembic_version itself);
 # pydantic, which Typer 0.29 and later import and build validators with for every command
 # (about 70 ms; pyproject keeps Typer below it); the web viewer and its stack, which only `serve`
 # imports; the lake's engines and SQL renderer, which only `query --lake` imports.

@@ -16,7 +16,7 @@ WarehouseErrors with one-line messages, as the CLI prints them; an argument of t
 or value is one too, a UsageError (warehouse.arguments), which is also a TypeError or a
 ValueError.
 
-Heavy modules (the ingest pipeline, pyarrow, pandas, the ORM models) are imported by the
+Heavy modules (the ingest pipeline, pyarrow, pandas, the schema's tables) are imported by the
 methods that need them: `import warehouse` stays cheap for the CLI.
 """
 

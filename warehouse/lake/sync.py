@@ -70,12 +70,13 @@ used before, a killed sync's included), then manifest.json (locally a temporary 
 os.replace'd; on an object store one PUT, which is atomic), then views.sql the same way, then
 (with --iceberg) each Iceberg table is brought to the manifest's files (warehouse.lake.iceberg),
 and only then are the files removed that none of them names any more (and a killed sync's
-leftovers). A reader takes the manifest's files only (warehouse.lake.layout.table_files), so it sees the old
-sync or the new one; each file views.sql names is there too, whenever the sync stops. A killed
-sync leaves the last manifest and every file it names; the next sync removes what it left
-(listing the table folders, which only the writer does). A write that fails (a full disk) is
-one line, and the sync's own files are removed. Two syncs on one local folder: the second fails
-at once (an flock on OUT/.lake-sync.lock, released by the kernel however the first ends).
+leftovers). A reader takes the manifest's files only (warehouse.lake.layout.table_files), so it
+sees the old sync or the new one; each file views.sql names is there too, whenever the sync
+stops. A killed sync leaves the last manifest and every file it names; the next sync removes
+what it left (listing the table folders, which only the writer does). A write that fails (a full
+disk) is one line, and the sync's own files are removed. Two syncs on one local folder: the
+second fails at once (an flock on OUT/.lake-sync.lock, released by the kernel however the first
+ends).
 """
 
 from __future__ import annotations
