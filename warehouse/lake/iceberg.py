@@ -52,10 +52,6 @@ FOLDER = "iceberg"  # OUT/iceberg/<table>/metadata/
 # A name every engine takes unquoted as a schema or dataset (Spark, Trino, BigQuery).
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-# An empty table's placeholder file has no column statistics, which pyiceberg logs as a warning
-# per column; nothing is wrong.
-logging.getLogger("pyiceberg.io.pyarrow").setLevel(logging.ERROR)
-
 
 @dataclass(frozen=True)
 class Catalog:
@@ -100,6 +96,9 @@ def publish(catalog: Catalog, lake: Destination, manifest: dict[str, Any]) -> in
         from pyiceberg.catalog.sql import SqlCatalog
     except ImportError:
         raise WarehouseError("`--iceberg` needs pyiceberg: pip install 'trajectory-warehouse[lake]'") from None
+    # An empty table's placeholder file has no column statistics, which pyiceberg logs as a
+    # warning per column; nothing is wrong.
+    logging.getLogger("pyiceberg.io.pyarrow").setLevel(logging.ERROR)
     try:
         iceberg = SqlCatalog(CATALOG_NAME, uri=url.render_as_string(hide_password=False), warehouse=root)
         iceberg.create_namespace_if_not_exists(catalog.namespace)
@@ -122,12 +121,17 @@ def _publish_table(iceberg, namespace: str, name: str, entries: list[dict], lake
     from pyiceberg.table.update.snapshot import ExpireSnapshots
 
     scoped = name in RUN_SCOPED
-    wanted = _schema(pq.read_schema(lake.fs.open_input_file(lake.path(entries[0]["path"]))), scoped)
     ident = (namespace, name)
     table = iceberg.load_table(ident) if iceberg.table_exists(ident) else None
+    have = _files(table) if table is not None else {}
+    # An empty placeholder file gives Hive readers a table's columns; Iceberg keeps them in its metadata.
+    want = {f"{root}/{entry['path']}": entry for entry in entries if entry["rows"]}
+    if table is not None and have.keys() == want.keys() and table.properties.get(SYNC_PROPERTY) == str(sync):
+        return 0  # (new columns come in new files only: a sync never writes under an old name)
+    wanted = _schema(pq.read_schema(lake.fs.open_input_file(lake.path(entries[0]["path"]))), scoped)
     if table is not None and not _same_columns(table.schema(), wanted):
         iceberg.drop_table(ident)  # the lake was written anew under another schema revision
-        table = None
+        table, have = None, {}
     if table is None:
         table = iceberg.create_table(
             ident, schema=wanted, location=f"{root}/{FOLDER}/{name}", partition_spec=_spec(wanted, scoped),
@@ -136,11 +140,6 @@ def _publish_table(iceberg, namespace: str, name: str, entries: list[dict], lake
                         # Each commit writes a metadata file; keep the last few, not every sync's.
                         "write.metadata.delete-after-commit.enabled": "true",
                         "write.metadata.previous-versions-max": "5"})
-    have = _files(table)
-    # An empty placeholder file gives Hive readers a table's columns; Iceberg keeps them in its metadata.
-    want = {f"{root}/{entry['path']}": entry for entry in entries if entry["rows"]}
-    if have.keys() == want.keys() and table.properties.get(SYNC_PROPERTY) == str(sync):
-        return 0
     with table.transaction() as tx:
         tx.set_properties({SYNC_PROPERTY: str(sync)})
         if have.keys() != want.keys():
