@@ -13,23 +13,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
 
-from bench.queries import _params
+from bench.queries import _params, median_ms
 from bench.scale import AD_HOC_SCAN
-
-
-def _median_ms(fn, repeat: int) -> float:
-    fn()  # warm-up: the engine's caches and, on Spark, the views' first planning
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
 
 
 def measure(db: str, lake: Path, engines: list[str], repeat: int) -> list[tuple[str, ...]]:
@@ -54,7 +43,7 @@ def measure(db: str, lake: Path, engines: list[str], repeat: int) -> list[tuple[
         ms = {}
         for label, target in targets.items():
             print(f"  lake queries: {name} on {label}", file=sys.stderr)
-            ms[label] = _median_ms(lambda t=target: run_canned(t, query, params, timeout=3600), repeat)
+            ms[label] = median_ms(lambda t=target: run_canned(t, query, params, timeout=3600), repeat, least=1)
         rows.append((f"query {name}", *(ms[label] for label in targets)))
 
     def scan_on_lake(engine: str):
@@ -66,7 +55,7 @@ def measure(db: str, lake: Path, engines: list[str], repeat: int) -> list[tuple[
     scans = {"warehouse": lambda: run_readonly(url, AD_HOC_SCAN, {}, max_rows=None, timeout=3600),
              **{engine: scan_on_lake(engine) for engine in engines}}
     rows.append(("sql: every turn's role and characters (ad hoc)",
-                 *(_median_ms(scans[label], repeat) for label in targets)))
+                 *(median_ms(scans[label], repeat, least=1) for label in targets)))
     header = ("measurement", f"{url.get_backend_name()} (ms)", *(f"{e} on the lake (ms)" for e in engines))
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))

@@ -111,10 +111,11 @@ DUCKDB_WITH_INTERVALS = {
 }
 
 
-def median_ms(fn, repeat: int) -> float:
+def median_ms(fn, repeat: int, least: int = 5) -> float:
+    """The median milliseconds of `repeat` calls (at least `least`) after one warm-up."""
     fn()  # warm-up
     times = []
-    for _ in range(max(repeat, 5)):
+    for _ in range(max(repeat, least)):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1000)
