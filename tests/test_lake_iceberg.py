@@ -242,3 +242,13 @@ def test_a_sync_killed_while_publishing_leaves_every_table_readable(db_url, engi
     assert not info.changed and info.iceberg_tables == len(ALL_TABLES) - 5
     assert_published(out, catalog)
     assert set(stamps(out)) == {e["path"] for e in manifest(out)["files"]}
+
+
+def test_a_namespace_without_a_catalog_is_refused(db_url, engine, tmp_path):
+    query_fixture.build(engine)
+    done = run_cli(db_url, "lake", "sync", str(tmp_path / "lake"), "--iceberg-namespace", "team")
+    assert done.returncode == 2 and "--iceberg-namespace" in done.stderr and "give --iceberg too" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "lake").exists()
+    with pytest.raises(ValueError, match="give iceberg too"):
+        Warehouse(db_url).lake_sync(tmp_path / "lake", iceberg_namespace="team")
+    assert not (tmp_path / "lake").exists()

@@ -378,20 +378,24 @@ class Warehouse:
             return load_trajectory(engine, trial, episode=episode, all_episodes=all_episodes, trace=trace, turns=turns)
 
     def lake_sync(self, out: str | os.PathLike[str], /, *, full: bool = False, iceberg: str | None = None,
-                  iceberg_namespace: str = "warehouse") -> SyncInfo:
+                  iceberg_namespace: str | None = None) -> SyncInfo:
         """Bring the lake at `out` (a folder or a file:// URL) up to date, as `warehouse lake
         sync` does: only the runs new or changed since its last sync are written, then its
         manifest, atomically (warehouse.lake.sync). Returns what it did (its `line()` is the
         CLI's summary). `full`: write everything anew. `iceberg`: an Iceberg SQL catalog (a
         SQLite file or a database URL) to publish the lake's tables to, in `iceberg_namespace`
-        (warehouse.lake.iceberg)."""
+        ("warehouse" unless given; warehouse.lake.iceberg)."""
+        from warehouse.lake.iceberg import NAMESPACE
         from warehouse.lake.sync import Catalog, sync_lake
 
         out = check.path(out, "out")
         check.flag(full, "full")
+        check.optional_text(iceberg_namespace, "iceberg_namespace")
+        if iceberg_namespace is not None and iceberg is None:
+            raise ArgumentValueError("iceberg_namespace names the namespace of iceberg's catalog: give iceberg too")
         catalog = None
         if iceberg is not None:
-            catalog = Catalog(check.text(iceberg, "iceberg"), check.text(iceberg_namespace, "iceberg_namespace"))
+            catalog = Catalog(check.text(iceberg, "iceberg"), iceberg_namespace or NAMESPACE)
         engine = self.read_engine()
         with _errors():
             return sync_lake(engine, out, full=full, iceberg=catalog)

@@ -31,8 +31,9 @@ def sync(
     iceberg: Annotated[str | None, typer.Option(
         "--iceberg", metavar="CATALOG", help="Publish the lake's tables to this Iceberg SQL catalog too: a SQLite file "
         "or a PostgreSQL URL (as --db takes them). Once given, every later sync of OUT needs it.")] = None,
-    iceberg_namespace: Annotated[str, typer.Option(
-        "--iceberg-namespace", metavar="NAME", help="The catalog's namespace for the lake's tables.")] = "warehouse",
+    iceberg_namespace: Annotated[str | None, typer.Option(
+        "--iceberg-namespace", metavar="NAME", help="The catalog's namespace for the lake's tables (with "
+        "--iceberg; default: warehouse).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print what the sync did as one JSON object.")] = False,
 ) -> None:
     """Write what changed since the last sync into OUT, as `export tables` lays it out.
@@ -54,10 +55,14 @@ def sync(
       warehouse lake sync lake --json
       warehouse lake sync lake --iceberg lake-catalog.db
     """
+    if iceberg_namespace is not None and iceberg is None:
+        raise typer.BadParameter("names the namespace of --iceberg's catalog: give --iceberg too",
+                                 param_hint="--iceberg-namespace")
     engine = state(ctx).read_engine()
+    from warehouse.lake.iceberg import NAMESPACE
     from warehouse.lake.sync import Catalog, sync_lake  # pyarrow: imported by the command that uses it
 
-    catalog = Catalog(iceberg, iceberg_namespace) if iceberg is not None else None
+    catalog = Catalog(iceberg, iceberg_namespace or NAMESPACE) if iceberg is not None else None
     info = sync_lake(engine, out, full=full, iceberg=catalog)
     if as_json:
         typer.echo(json.dumps(info.to_dict()))
