@@ -513,6 +513,104 @@ def test_a_unit_larger_than_its_caches_still_stores_each_row_once(engine, tmp_pa
     assert c["episode_loads"] == len(rows)
 
 
+def test_units_into_a_warehouse_holding_their_keys_store_each_row_once_whatever_their_caches(engine, tmp_path,
+                                                                                          monkeypatch):
+    # A unit into a warehouse that holds rows looks its cache misses up among the rows earlier
+    # units committed (on PostgreSQL on a connection of its own, never waiting for the flush in
+    # flight), while its caches hold every row it wrote; once a cache is dropped, in its own
+    # transaction. Three shards whose trials, episodes and texts recur across them, loaded with
+    # tiny caches and then with the usual ones: the same tables.
+    from ingest.read import hub
+    from ingest.write import bulk, writer
+    from warehouse.db import models
+
+    shared = [("system", "You are a helpful agent."), ("user", "Solve the task.")]
+    # (a key, i % 45, has one conversation: each row after its first is a duplicate)
+    rows = [hub_row(f"task{i % 5}__{i % 9}", i % 3, [*shared, ("assistant", f"answer {i % 45 % 13}")])
+            for i in range(90)]
+    source = tmp_path / "ds"
+    for n in range(3):
+        write_shard(source / "data" / f"train-0000{n}-of-00003.parquet", rows[n::3])
+    kinds = []  # each lookup's `committed`
+    real_lookup = bulk.Bulk.lookup
+
+    def lookup(self, table, key_cols, keys, value_cols, *, committed=False):
+        kinds.append(committed)
+        return real_lookup(self, table, key_cols, keys, value_cols, committed=committed)
+
+    monkeypatch.setattr(bulk.Bulk, "lookup", lookup)
+    dumps = []
+    for small in (True, False):
+        with monkeypatch.context() as small_caches:
+            if small:
+                small_caches.setattr(hub, "BATCH_ROWS", 4)
+                small_caches.setattr(bulk, "PG_FLUSH_ROWS", 10)
+                small_caches.setattr(writer, "MESSAGE_CACHE", 6)
+                small_caches.setattr(writer, "TRIAL_CACHE", 3)
+                small_caches.setattr(writer, "EPISODE_CACHE", 3)
+            with engine.begin() as conn:  # the warehouse emptied for the second load
+                for table in reversed(models.metadata.sorted_tables):
+                    conn.execute(table.delete())
+            kinds.clear()
+            summary = ingest(engine, [str(source)])
+            assert summary.errors == [] and summary.units_loaded == 3
+            # Both kinds of lookup were made: among committed rows, and (the caches dropped) in
+            # the unit's transaction.
+            assert set(kinds) == ({True, False} if small else {True}), kinds
+            c = counts(engine)
+            assert c["messages"] == len({text for _, text in shared} | {f"answer {i % 13}" for i in range(13)})
+            assert c["trials"] == len({row["trial_name"] for row in rows})
+            assert c["episodes"] == len({(row["trial_name"], row["episode"]) for row in rows})
+            assert c["episode_loads"] == len(rows)
+            assert c["conflicts"] == 0
+            with engine.connect() as conn:
+                dumps.append(sorted(conn.execute(text(
+                    "SELECT r.run_key, t.trial_name, e.episode_index, e.conversation_hash, e.n_turns "
+                    "FROM episodes e JOIN trials t ON t.id = e.trial_id JOIN runs r ON r.id = t.run_id")).all()))
+    assert dumps[0] == dumps[1]
+
+
+def test_a_lookup_of_committed_rows_does_not_wait_for_the_flush_in_flight(backend, db_url):
+    # PostgreSQL: a unit's COPY runs in a thread on the unit's connection while the next batch is
+    # prepared; that batch's lookups of rows earlier units committed go to a connection of their
+    # own. Here the COPY is held up by a lock another session holds: the lookup answers anyway.
+    import threading
+
+    import psycopg
+
+    from ingest.write import bulk, writer
+    from warehouse.db.engine import make_engine, resolve_url
+    from warehouse.db.session import write_transaction
+
+    if backend == "sqlite":
+        pytest.skip("SQLite writes in process: no flush is ever in flight")
+    engine = make_engine(resolve_url(db_url))
+    hashes = [bytes([i]) * 32 for i in range(3)]
+    try:
+        with write_transaction(engine) as conn:
+            conn.execute(writer.T["messages"].insert(), [
+                dict(id=i + 1, content_hash=h, content=f"text {i}", n_chars=6) for i, h in enumerate(hashes)])
+        blocker = psycopg.connect(db_url.replace("postgresql+psycopg", "postgresql"))
+        blocker.execute("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")  # (its transaction stays open)
+        with write_transaction(engine, check_references=False) as conn:
+            b = bulk.Bulk(conn)
+            try:
+                b.insert(writer.T["tasks"], ["id", "name"], [[1], ["held up"]])
+                b.flush(wait=False)
+                found = b.lookup(writer.T["messages"], ["content_hash"], [(h,) for h in hashes] + [(b"z" * 32,)],
+                                 ["id"], committed=True)
+                assert not b._flushing.done()  # the COPY still waits for the lock
+                assert found == {(h,): (i + 1,) for i, h in enumerate(hashes)}
+                # A lookup in the unit's own transaction waits for the flush; it is let go.
+                threading.Timer(0.5, blocker.rollback).start()
+                assert b.lookup(writer.T["tasks"], ["name"], [("held up",)], ["id"]) == {("held up",): (1,)}
+            finally:
+                b.close()
+        blocker.close()
+    finally:
+        engine.dispose()
+
+
 def test_reference_checks_are_off_only_inside_an_ingest_unit(tmp_path):
     from warehouse.db.engine import make_engine, resolve_url
     from warehouse.db.session import write_transaction

@@ -20,6 +20,7 @@ import logging
 import os
 import random
 import signal
+import statistics
 import sqlite3
 import subprocess
 import sys
@@ -354,9 +355,9 @@ def test_an_interrupt_that_leaves_a_statement_unread_ends_the_unit_in_silence(en
     source_id = writer.ensure_source(engine, "parquet", "/nowhere", "nowhere", None, None)
     with pytest.raises(KeyboardInterrupt):
         with writer.unit(engine, source_id, "unit", "hash") as unit:
-            unit.bulk.allocate_ids(writer.T["runs"], 1)  # the id connection opened
+            unit.bulk.allocate_ids(writer.T["runs"], 1)  # the side connection opened
             unit.bulk.raw.pgconn.send_query(b"SELECT pg_sleep(0.2)")
-            unit.bulk._ids_conn.driver_connection.pgconn.send_query(b"SELECT pg_sleep(0.2)")
+            unit.bulk._side.driver_connection.pgconn.send_query(b"SELECT pg_sleep(0.2)")
             raise KeyboardInterrupt
     assert [r.getMessage() for r in caplog.records if r.levelname in ("WARNING", "ERROR", "CRITICAL")] == []
     assert capfd.readouterr().err == ""
@@ -447,9 +448,11 @@ def test_a_postgresql_ingest_stopped_at_any_moment_says_one_line(db_url, tmp_pat
     try:
         # How long a whole ingest lives: the span the stops are drawn from. The first run lives
         # longest (a cold server and page cache: 15% longer here, and stops drawn past a try's end
-        # are spent on nothing): the span is the longer of the two runs after it.
+        # are spent on nothing): the span is the median of the three runs after it (the longer of
+        # two was once twice the usual, a busy moment of a parallel test run, and half the stops
+        # landed after the end).
         whole_run()
-        life = max(whole_run(), whole_run())
+        life = statistics.median(whole_run() for _ in range(3))
         rng = random.Random(24)
         stopped = {signal.SIGINT: 0, signal.SIGTERM: 0}
         for i in range(STOP_TRIES):

@@ -100,7 +100,7 @@ class Bulk:
         self._result: dict[tuple[str, tuple[str, ...]], list[Processor]] = {}
         self._next_id: dict[str, int] = {}
         self._spare_ids: dict[str, range] = _SPARE_IDS.setdefault(conn.engine, {})
-        self._ids_conn = None  # PostgreSQL: the connection ids are fetched on
+        self._side = None  # PostgreSQL: see _side_connection
         self._copier: ThreadPoolExecutor | None = None  # PostgreSQL: the thread flushes are written in
         self._flushing: Future | None = None
         self._pending: dict[tuple[str, tuple[str, ...]], tuple[Table, Sequence[str], list]] = {}
@@ -155,14 +155,25 @@ class Bulk:
     # -- reads -------------------------------------------------------------------------------
 
     def lookup(self, table: Table, key_cols: Sequence[str], keys: Iterable[tuple],
-               value_cols: Sequence[str]) -> dict[tuple, tuple]:
-        """{key: values} for the keys that exist."""
-        self.wait()
+               value_cols: Sequence[str], *, committed: bool = False) -> dict[tuple, tuple]:
+        """{key: values} for the keys that exist.
+
+        committed=True: the rows earlier transactions committed, for a caller that keeps every
+        row its own transaction wrote to `table` (it looks up only keys it has not written). On
+        PostgreSQL they are asked on the side connection, so the lookup never waits for the
+        flush in flight: a unit's lookups and its COPY run at once instead of taking turns
+        (measured on math×5: a unit's lookups waited 3.3 s for 0.8 s of their own). What that
+        connection sees cannot change under the unit: every writer holds the write lock."""
         keys = list(dict.fromkeys(keys))
+        if committed and not self.is_sqlite:
+            raw = self._side_connection()
+        else:
+            self.wait()
+            raw = self.raw
         found: dict[tuple, tuple] = {}
         width = len(key_cols)
         cols = [*key_cols, *value_cols]
-        cur = self.raw.cursor()
+        cur = raw.cursor()
         for sql, params in self._lookup_statements(table, key_cols, cols, keys):
             cur.execute(sql, params)
             decode = self._decoder(table, cols, cur.description)
@@ -223,8 +234,8 @@ class Bulk:
             start = self._next_id[table.name]
             self._next_id[table.name] = start + n
             return list(range(start, start + n))
-        # PostgreSQL: ids come from the table's sequence, a block at a time, on a connection of
-        # their own so they never wait for a flush in flight (sequences are not transactional:
+        # PostgreSQL: ids come from the table's sequence, a block at a time, on the side
+        # connection so they never wait for a flush in flight (sequences are not transactional:
         # another connection's values are as good). A block is reserved in one statement by
         # moving the sequence past it; that is safe because every writer of these tables holds
         # the write lock (see the module docstring). Ids left over when the unit ends are kept
@@ -233,10 +244,8 @@ class Bulk:
         # as after any rollback.
         spare = self._spare_ids.get(table.name, range(0))
         if len(spare) < n:
-            if self._ids_conn is None:
-                self._ids_conn = self.conn.engine.raw_connection()
             block = max(n - len(spare), PG_ID_BLOCK)
-            cur = self._ids_conn.cursor()
+            cur = self._side_connection().cursor()
             cur.execute("SELECT setval(s, nextval(s) + %s - 1) FROM pg_get_serial_sequence(%s, 'id') AS s",
                         (block, table.name))
             last = cur.fetchone()[0]
@@ -247,6 +256,13 @@ class Bulk:
             return [*spare, *fresh[:taken]]
         self._spare_ids[table.name] = spare[n:]
         return list(spare[:n])
+
+    def _side_connection(self):
+        """PostgreSQL: a second connection of the unit's, outside its transaction, for what
+        must not wait for the flush in flight (ids, committed rows)."""
+        if self._side is None:
+            self._side = self.conn.engine.raw_connection()
+        return self._side
 
     def insert(self, table: Table, cols: Sequence[str], columns: Sequence[Sequence[Any]]) -> None:
         """Queue rows the caller knows are new (it holds the write lock and looked them up),
@@ -308,9 +324,9 @@ class Bulk:
             flushing.result()
 
     def close(self, interrupted: bool = False) -> None:
-        """Release the flush thread and the id connection. After an error a flush in flight
+        """Release the flush thread and the side connection. After an error a flush in flight
         is waited for but its own error dropped: the transaction is rolled back anyway.
-        `interrupted` (Ctrl-C, SIGTERM): the id connection is closed rather than reset, as the
+        `interrupted` (Ctrl-C, SIGTERM): the side connection is closed rather than reset, as the
         unit's own is (see writer.unit), since a statement of it may be left unread."""
         try:
             self.wait()
@@ -319,12 +335,12 @@ class Bulk:
         if self._copier is not None:
             self._copier.shutdown()
             self._copier = None
-        if self._ids_conn is not None:
+        if self._side is not None:
             if interrupted:
-                self._ids_conn.invalidate()
+                self._side.invalidate()
             else:
-                self._ids_conn.close()
-            self._ids_conn = None
+                self._side.close()
+            self._side = None
 
     def _write(self, table: Table, cols: Sequence[str], columns: list[Sequence[Any]]) -> None:
         """Insert rows given as encoded columns (see _encode)."""

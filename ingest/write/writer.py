@@ -43,6 +43,9 @@ T = {table.name: table for table in (
     models.conversation_turns, models.messages, models.episode_loads, models.trial_loads, models.conflicts,
 )}
 
+# The tables whose rows a unit finds by their natural keys, and caches.
+_KEYED = ("runs", "tasks", "messages", "trials", "episodes")
+
 # Bounds of the per-unit caches (entries); see UnitWriter._forget_if_large.
 MESSAGE_CACHE = 200_000
 TRIAL_CACHE = 20_000
@@ -172,7 +175,8 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
         writer = None
         try:
             writer = UnitWriter(conn, load_id, from_hub=arrow_schema is not None,
-                                columns=removal.shard_columns(arrow_schema) if columns is None else columns)
+                                columns=removal.shard_columns(arrow_schema) if columns is None else columns,
+                                own_transaction=True)
             yield writer
             writer.settle()
             writer.flush()  # the summaries are computed from the rows written
@@ -215,7 +219,8 @@ class UnitWriter:
 
     tables = T
 
-    def __init__(self, conn: Connection, load_id: int, from_hub: bool = True, columns: frozenset[str] = frozenset()):
+    def __init__(self, conn: Connection, load_id: int, from_hub: bool = True, columns: frozenset[str] = frozenset(),
+                 own_transaction: bool = False):
         self.conn = conn
         self.bulk = bulk.Bulk(conn)
         self.load_id = load_id
@@ -240,10 +245,16 @@ class UnitWriter:
         self.left_keys: set[tuple[int, int]] = set()  # (run, task) keys a trial left for another task
         self._next_row = 0
         self._queued_bytes = 0  # text in rows queued but not yet written
+        # Tables whose every row written in this transaction is in this unit's cache (until the
+        # cache is dropped, or rows are rewritten behind it): a miss there is a row committed
+        # before the unit or none, so it is looked up among the committed rows, which never
+        # waits for the flush in flight (Bulk.lookup). Only when the transaction is the unit's
+        # own (writer.unit): take_back writes units into a transaction that deleted rows first.
+        self._whole = set(_KEYED) if own_transaction else set()
         # Tables that held no row when this unit took the write lock: every row they hold now
         # is in this unit's cache (until the cache is dropped), so a cache miss is a new row
         # and needs no lookup. A first load into an empty warehouse skips every lookup.
-        self._fresh = self.bulk.empty_tables([T[name] for name in ("runs", "tasks", "messages", "trials", "episodes")])
+        self._fresh = self.bulk.empty_tables([T[name] for name in _KEYED])
         # Runs and trials this unit created (while their children's cache is whole): a trial
         # of a new run, or an episode of a new trial, can only come from this unit, so a cache
         # miss under one is a new row too. And its episodes: a key repeated within the unit
@@ -282,7 +293,7 @@ class UnitWriter:
         """Drop the cached episodes of a trial whose episodes were rewritten."""
         for key in [k for k in self._episodes if k[0] == trial_id]:
             del self._episodes[key]
-        self._fresh.discard("episodes")
+        self._forget("episodes")
 
     def drop_caches(self) -> None:
         """Free what the unit's caches hold, once the unit is written (its counts stay)."""
@@ -389,17 +400,23 @@ class UnitWriter:
             self.flush()
         if len(self._message_ids) > MESSAGE_CACHE:
             self._message_ids.clear()
-            self._fresh.discard("messages")
+            self._forget("messages")
         if len(self._trial_ids) > TRIAL_CACHE:
             self._trial_ids.clear()
             self._trial_values.clear()
-            self._fresh.discard("trials")
+            self._forget("trials")
             self._created["runs"].clear()
         if len(self._episodes) > EPISODE_CACHE:
             self._episodes.clear()
-            self._fresh.discard("episodes")
+            self._forget("episodes")
             self._created["trials"].clear()
             self._created["episodes"].clear()
+
+    def _forget(self, table: str) -> None:
+        """The table's cache no longer holds every row this unit wrote: its misses are looked
+        up in the unit's own transaction from now on."""
+        self._whole.discard(table)
+        self._fresh.discard(table)
 
     def _lookup(self, table, key_cols: list[str], keys: list[tuple], value_cols: list[str],
                 parent: str | None = None) -> dict[tuple, tuple]:
@@ -412,7 +429,7 @@ class UnitWriter:
             keys = [key for key in keys if key[0] not in created]
         if not keys:
             return {}
-        return self.bulk.lookup(table, key_cols, keys, value_cols)
+        return self.bulk.lookup(table, key_cols, keys, value_cols, committed=table.name in self._whole)
 
     # -- keyed rows ---------------------------------------------------------------------------
 
