@@ -295,7 +295,7 @@ def test_a_refresh_reads_only_the_rows_under_its_keys(engine):
 
     class Explaining:
         def __init__(self, conn):
-            self.conn = conn
+            self.conn, self.dialect = conn, conn.dialect
 
         def execute(self, statement, params=None):
             if not isinstance(params, list):  # the staging of id ranges: a primary-key range
@@ -314,6 +314,36 @@ def test_a_refresh_reads_only_the_rows_under_its_keys(engine):
     scans = [(s, p) for s, p in plans if p.startswith("SCAN ") and (
         "USING" in p or (p.split()[1] not in staged and not p.startswith("SCAN (subquery-")))]
     assert [p for s, p in scans] == []
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])  # SQLite's joins are pinned by CROSS JOIN
+def test_a_refresh_leaves_the_transactions_planner_settings_as_it_found_them(engine):
+    """PostgreSQL's refresh joins by nested loops from the staged rows (hash and merge joins off
+    for its statements: with them it scanned every trial, episode and length each unit); the
+    unit's statements after it are planned as before, whatever the settings were."""
+    query_fixture.build(engine)
+    settings = "SELECT current_setting('enable_hashjoin'), current_setting('enable_mergejoin')"
+    for before in ("on", "off"):
+        with engine.begin() as conn:
+            conn.execute(text(f"SET LOCAL enable_hashjoin = {before}"))
+            load_id, trial_id = conn.execute(text("SELECT max(load_id), max(trial_id) FROM trial_loads")).one()
+            run_id = conn.execute(text("SELECT run_id FROM trials WHERE id = :t"), {"t": trial_id}).scalar()
+            seen = []
+            real_execute = conn.execute
+
+            def execute(statement, params=None):
+                if "INSERT INTO trial_lengths" in str(statement):
+                    seen.append(real_execute(text(settings)).one())
+                return real_execute(statement, params)
+
+            conn.execute = execute
+            try:
+                summaries.refresh(conn, load_id, {trial_id}, {run_id})
+            finally:
+                del conn.execute
+            assert seen and set(seen) == {("off", "off")}
+            assert conn.execute(text(settings)).one() == (before, "on")
+    assert_exact(engine)
 
 
 def test_a_unit_that_fails_leaves_the_summaries_as_they_were(engine):

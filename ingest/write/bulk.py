@@ -59,6 +59,21 @@ PG_WRITER_SETTINGS = {
     "tcp_keepalives_count": "3",
 }
 
+# Long texts (over about 2 KB, stored out of line) compressed with LZ4 rather than the server's
+# default pglz, where the server was built with it (PostgreSQL 14 and later, as Debian's is):
+# several times faster to compress, a little larger. Math 1×: the messages' COPY 2.0 s → 1.45 s.
+# A value keeps the method it was written with, and every reader decompresses either.
+_LZ4_WHERE_BUILT = ("SELECT set_config('default_toast_compression', 'lz4', true) FROM pg_settings "
+                    "WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)")
+
+# PostgreSQL: rows written in the order of a randomly keyed unique index (a message's hash), so
+# its inserts go through the index from one end to the other, each page once a flush, instead of
+# at random: with the index larger than the server's buffers, pages were read back and written
+# out again and again. Math×20, in process: 62.9 s → 46.6 s; the messages' COPY per unit
+# 1.3-2.2 s → 1.1-1.8 s. (SQLite's page cache is sized to hold its indexes, engine._cache_kib:
+# no gain there, measured.)
+_WRITE_ORDER = {"messages": "content_hash"}
+
 # The PostgreSQL type of each SQLAlchemy column type, for binary COPY (which sends each value
 # in its column's own binary form, so the types must be named exactly).
 _PG_BINARY_TYPES = {"BIGINT": "int8", "INTEGER": "int4", "TEXT": "text", "BYTEA": "bytea", "JSONB": "jsonb",
@@ -292,7 +307,8 @@ class Bulk:
         PostgreSQL one COPY per table, in a thread. With wait=False the call returns while the
         server works through them and the caller prepares more; the next flush, lookup or
         wait() waits for them first (one flush in flight at a time keeps the order)."""
-        work = [(table, cols, self._encode(table, cols, _concatenated(parts)))
+        order = (lambda table, cols, columns: columns) if self.is_sqlite else _in_write_order
+        work = [(table, cols, self._encode(table, cols, order(table, cols, _concatenated(parts))))
                 for table, cols, parts in (self._pending[key] for key in
                                            sorted(self._pending, key=lambda k: _DEPENDENCY_ORDER[k[0]]))]
         self._pending.clear()
@@ -388,6 +404,16 @@ def _concatenated(parts: list[Sequence[Sequence[Any]]]) -> Sequence[Sequence[Any
     return [list(chain.from_iterable(column)) for column in zip(*parts)]
 
 
+def _in_write_order(table: Table, cols: Sequence[str], columns: Sequence[Sequence[Any]]) -> Sequence[Sequence[Any]]:
+    """The columns' rows sorted by the table's _WRITE_ORDER column, if it has one."""
+    key = _WRITE_ORDER.get(table.name)
+    if key not in cols or len(columns[0]) < 2:
+        return columns
+    at = list(cols).index(key)
+    order = sorted(range(len(columns[0])), key=columns[at].__getitem__)
+    return [list(map(column.__getitem__, order)) for column in columns]
+
+
 def _pg_binary_type(table: Table, col: str, dialect) -> str:
     """The type binary COPY sends a column's values as (see _PG_BINARY_TYPES, UTF8_COLUMNS)."""
     if (table.name, col) in UTF8_COLUMNS:
@@ -426,7 +452,7 @@ def lock_for_writing(conn: Connection) -> None:
     ingest.process.worker), and PG_WRITER_SETTINGS end it where that never happens."""
     if conn.dialect.name == "postgresql":
         settings = ", ".join(f"set_config('{name}', '{value}', true)" for name, value in PG_WRITER_SETTINGS.items())
-        conn.exec_driver_sql(f"SELECT {settings}, pg_advisory_xact_lock({PG_WRITE_LOCK})")
+        conn.exec_driver_sql(f"SELECT {settings}, ({_LZ4_WHERE_BUILT}), pg_advisory_xact_lock({PG_WRITE_LOCK})")
     # SQLite: the transaction began with BEGIN IMMEDIATE (warehouse.db.engine), which is the lock.
 
 
