@@ -1,5 +1,6 @@
 """The SQLite writer's page cache grows with the file (warehouse.db.engine._cache_kib): at 20×
-the math profile the message-hash index no longer fit a fixed 16 MB and every unit read it back.
+the math profile the message-hash index no longer fit a fixed 16 MB (nor, past the tenth unit, a
+thirty-second of the file) and every unit read it back.
 SQLite only: PostgreSQL's buffers are the server's (its shared_buffers)."""
 
 from __future__ import annotations
@@ -17,11 +18,11 @@ def _sparse(path, size: int):
     return path
 
 
-def test_the_cache_is_a_thirty_second_of_the_file_within_its_bounds(tmp_path):
+def test_the_cache_is_a_sixteenth_of_the_file_within_its_bounds(tmp_path):
     assert _cache_kib(None) == SQLITE_CACHE_KIB  # in memory
     assert _cache_kib(tmp_path / "missing.db") == SQLITE_CACHE_KIB  # a file the ingest creates
-    assert _cache_kib(_sparse(tmp_path / "small.db", 100 << 20)) == SQLITE_CACHE_KIB
-    assert _cache_kib(_sparse(tmp_path / "math20.db", 2600 << 20)) == (2600 << 20) // 32 // 1024  # 81.25 MB
+    assert _cache_kib(_sparse(tmp_path / "small.db", 200 << 20)) == SQLITE_CACHE_KIB
+    assert _cache_kib(_sparse(tmp_path / "math20.db", 2600 << 20)) == (2600 << 20) // 16 // 1024  # 162.5 MB
     assert _cache_kib(_sparse(tmp_path / "huge.db", 64 << 30)) == SQLITE_CACHE_MAX_KIB
 
 

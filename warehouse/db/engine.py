@@ -28,7 +28,7 @@ SQLITE_BUSY_TIMEOUT_MS = 60_000
 # ... in steps this long, between which a signal (SIGTERM, Ctrl-C) is handled: SQLite's own wait
 # is one call into C, during which Python runs no signal handler.
 SQLITE_LOCK_STEP_MS = 100
-# A writer's page cache: a thirty-second of the file, within these bounds (see _cache_kib).
+# A writer's page cache: a sixteenth of the file, within these bounds (see _cache_kib).
 SQLITE_CACHE_KIB = 16 * 1024
 SQLITE_CACHE_MAX_KIB = 1024 * 1024
 SQLITE_PAGE_BYTES = 16384
@@ -158,19 +158,21 @@ def first_load(engine: Engine) -> Iterator[None]:
 
 
 def _cache_kib(path: Path | None) -> int:
-    """The writer's page cache for this file: a thirty-second of its size, at least
+    """The writer's page cache for this file: a sixteenth of its size, at least
     SQLITE_CACHE_KIB, at most SQLITE_CACHE_MAX_KIB. Dedup looks every message up by its hash, a
-    random key, and inserts the new ones likewise: the whole hash index is hot, about 2.5 % of
-    the file on the math profile. A fixed 16 MB cache held it at 1× but not at 20×, where each
-    unit's text pushed the index out and every lookup and insert read it back: a unit's message
-    writes took 2.5 times as long at the end of a math×20 load as at its start (1.4 s against
-    0.56, CPU time); with 64 MB, or a sixteenth of the file, they stayed flat. A page is only
-    held once it is read, so a small load uses no more memory than before."""
+    random key, and inserts the new ones likewise: the whole hash index is hot, about 2 % of
+    the file on the math profile, and each unit's text pages pass through the cache beside it.
+    A fixed 16 MB cache held it at 1× but not at 20×, where every lookup and insert read it
+    back: a unit's message writes took 2.5 times as long at the end of a math×20 load as at its
+    start (1.4 s against 0.56, CPU time). A thirty-second of the file held it until about the
+    tenth of 16 units (a unit's lookups then went from 0.12 s to 0.5 s; math×20 in process
+    32.9 s, against 29.7 s with a sixteenth). A page is only held once it is read, so a small
+    load uses no more memory than before."""
     try:
         size = path.stat().st_size if path is not None else 0
     except OSError:
         size = 0
-    return max(SQLITE_CACHE_KIB, min(SQLITE_CACHE_MAX_KIB, size // 32 // 1024))
+    return max(SQLITE_CACHE_KIB, min(SQLITE_CACHE_MAX_KIB, size // 16 // 1024))
 
 
 def _sqlite_engine(url: URL, for_migrations: bool) -> Engine:
