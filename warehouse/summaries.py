@@ -57,8 +57,8 @@ _STAGE = (
 )
 # Emptied for each refresh. On PostgreSQL by TRUNCATE: a temporary table is never vacuumed, so the
 # rows a DELETE leaves dead would pile up over a connection's units and be scanned by each.
-_EMPTY = {"postgresql": "TRUNCATE summary_trials, summary_keys",
-          "sqlite": "DELETE FROM summary_trials; DELETE FROM summary_keys"}
+_EMPTY = {"postgresql": ("TRUNCATE summary_trials, summary_keys",),
+          "sqlite": ("DELETE FROM summary_trials", "DELETE FROM summary_keys")}
 _NESTED_LOOPS = {"enable_hashjoin": "off", "enable_mergejoin": "off"}
 # Staged by ranges of ids: a unit's new trials have consecutive ids, so one statement usually
 # stages them all, where a row per id would cost more than the whole refresh.
@@ -206,7 +206,7 @@ def refresh(conn: Connection, load_id: int, trial_ids: Collection[int], run_ids:
         conn.execute(text(_RUN_SOURCES), [{"load_id": load_id, "run_id": run_id} for run_id in sorted(run_ids)])
     if not trial_ids and not left_keys:
         return
-    for statement in (*_STAGE, *_EMPTY[conn.dialect.name].split("; ")):
+    for statement in (*_STAGE, *_EMPTY[conn.dialect.name]):
         conn.execute(text(statement))
     if trial_ids:
         conn.execute(text(_STAGE_TRIALS), [{"first": first, "last": last} for first, last in _id_ranges(trial_ids)])

@@ -307,10 +307,13 @@ class Bulk:
         PostgreSQL one COPY per table, in a thread. With wait=False the call returns while the
         server works through them and the caller prepares more; the next flush, lookup or
         wait() waits for them first (one flush in flight at a time keeps the order)."""
-        order = (lambda table, cols, columns: columns) if self.is_sqlite else _in_write_order
-        work = [(table, cols, self._encode(table, cols, order(table, cols, _concatenated(parts))))
-                for table, cols, parts in (self._pending[key] for key in
-                                           sorted(self._pending, key=lambda k: _DEPENDENCY_ORDER[k[0]]))]
+        work = []
+        for key in sorted(self._pending, key=lambda k: _DEPENDENCY_ORDER[k[0]]):
+            table, cols, parts = self._pending[key]
+            columns = _concatenated(parts)
+            if not self.is_sqlite:
+                columns = _in_write_order(table, cols, columns)
+            work.append((table, cols, self._encode(table, cols, columns)))
         self._pending.clear()
         self.pending_rows = 0
         if self.is_sqlite:
