@@ -125,3 +125,30 @@ def test_a_lost_postgresql_connection_stops_the_ingest_in_one_line(backend, db_u
     assert (skipped, failed) == (0, 1) and 1 <= loaded < n_shards, err
     assert "the connection to the database was lost" in error and "the ingest stopped" in error, error
     _whole_units_only(engine, loaded, in_doubt=1)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_unit_whose_side_connection_was_cut_fails_without_a_logged_traceback(backend, engine, caplog):
+    """A unit's lookups of committed rows run on a second connection (ingest.write.bulk). The
+    server cutting it fails the unit; the connection is thrown away, not handed back to the pool,
+    whose reset of it would fail and log a traceback (found by the test above, in CI)."""
+    import logging
+
+    import psycopg
+
+    from conftest import _pg_admin_conninfo
+    from ingest.write import writer
+
+    source = writer.ensure_source(engine, "parquet", "/src/cut", "cut")
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(psycopg.OperationalError):
+        with writer.unit(engine, source, "shard-0", "hash-0", columns=frozenset()) as unit:
+            messages = writer.T["messages"]
+            unit.bulk.lookup(messages, ["content_hash"], [(b"x" * 32,)], ["id"], committed=True)
+            pid = unit.bulk._side.driver_connection.info.backend_pid
+            with psycopg.connect(_pg_admin_conninfo(), autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            unit.bulk.lookup(messages, ["content_hash"], [(b"y" * 32,)], ["id"], committed=True)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    with engine.connect() as conn:  # the unit left nothing, and the pool's connections work
+        assert conn.execute(text("SELECT count(*) FROM loads")).scalar() == 0

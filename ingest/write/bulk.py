@@ -342,11 +342,12 @@ class Bulk:
             flushing, self._flushing = self._flushing, None
             flushing.result()
 
-    def close(self, interrupted: bool = False) -> None:
+    def close(self, discard: bool = False) -> None:
         """Release the flush thread and the side connection. After an error a flush in flight
         is waited for but its own error dropped: the transaction is rolled back anyway.
-        `interrupted` (Ctrl-C, SIGTERM): the side connection is closed rather than reset, as the
-        unit's own is (see writer.unit), since a statement of it may be left unread."""
+        `discard` (the unit failed or was stopped): the side connection is closed rather than
+        returned to the pool, whose reset of it fails where the server cut it or a statement of
+        it was left unread."""
         try:
             self.wait()
         except Exception:
@@ -355,7 +356,7 @@ class Bulk:
             self._copier.shutdown()
             self._copier = None
         if self._side is not None:
-            if interrupted:
+            if discard:
                 self._side.invalidate()
             else:
                 self._side.close()

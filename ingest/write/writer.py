@@ -194,14 +194,17 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
                         **({"removed_trials": c.removed} if c.removed else {})},
             ))
         except BaseException as exc:
+            # A unit that failed discards its side connection rather than return it to the pool:
+            # the failure may be the server's (a cut connection, which the pool's reset would
+            # meet with a logged traceback), or a stop may have left a statement of it unread.
+            if writer is not None:
+                writer.bulk.close(discard=True)
             if interruption(exc) is not None:
                 # Ctrl-C or SIGTERM landing in the driver just after it sent a statement on the
                 # unit's connection (Bulk's reads go to the driver directly, past SQLAlchemy) can
                 # leave the statement's result unread, and the rollback would then fail ("another
                 # command is already in progress"; the pool, resetting the connection, logs it as
                 # a traceback). The session is closed instead: the server rolls the unit back.
-                if writer is not None:
-                    writer.bulk.close(interrupted=True)
                 conn.invalidate()
             raise
         finally:
