@@ -385,17 +385,12 @@ class Warehouse:
         CLI's summary). `full`: write everything anew. `iceberg`: an Iceberg SQL catalog (a
         SQLite file or a database URL) to publish the lake's tables to, in `iceberg_namespace`
         ("warehouse" unless given; warehouse.lake.iceberg)."""
-        from warehouse.lake.iceberg import NAMESPACE
         from warehouse.lake.sync import Catalog, sync_lake
 
         out = check.path(out, "out")
         check.flag(full, "full")
-        check.optional_text(iceberg_namespace, "iceberg_namespace")
-        if iceberg_namespace is not None and iceberg is None:
-            raise ArgumentValueError("iceberg_namespace names the namespace of iceberg's catalog: give iceberg too")
-        catalog = None
-        if iceberg is not None:
-            catalog = Catalog(check.text(iceberg, "iceberg"), iceberg_namespace or NAMESPACE)
+        catalog = Catalog.named(check.optional_text(iceberg, "iceberg"),
+                                check.optional_text(iceberg_namespace, "iceberg_namespace"))
         engine = self.read_engine()
         with _errors():
             return sync_lake(engine, out, full=full, iceberg=catalog)

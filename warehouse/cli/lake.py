@@ -55,14 +55,10 @@ def sync(
       warehouse lake sync lake --json
       warehouse lake sync lake --iceberg lake-catalog.db
     """
-    if iceberg_namespace is not None and iceberg is None:
-        raise typer.BadParameter("names the namespace of --iceberg's catalog: give --iceberg too",
-                                 param_hint="--iceberg-namespace")
-    engine = state(ctx).read_engine()
-    from warehouse.lake.iceberg import NAMESPACE
     from warehouse.lake.sync import Catalog, sync_lake  # pyarrow: imported by the command that uses it
 
-    catalog = Catalog(iceberg, iceberg_namespace or NAMESPACE) if iceberg is not None else None
+    catalog = Catalog.named(iceberg, iceberg_namespace, spelled=("--iceberg", "--iceberg-namespace"))
+    engine = state(ctx).read_engine()
     info = sync_lake(engine, out, full=full, iceberg=catalog)
     if as_json:
         typer.echo(json.dumps(info.to_dict()))

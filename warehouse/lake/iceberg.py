@@ -67,6 +67,19 @@ class Catalog:
             raise ArgumentValueError(f"Iceberg namespace must be a plain name (letters, digits, _), "
                                      f"not {self.namespace!r}")
 
+    @classmethod
+    def named(cls, url: str | None, namespace: str | None, *,
+              spelled: tuple[str, str] = ("iceberg", "iceberg_namespace")) -> Catalog | None:
+        """The catalog a caller's pair of options names (None for none), the namespace `warehouse`
+        unless given. A namespace without a catalog is refused, in the words of `spelled`: the
+        two options as the caller's user writes them (the API's arguments, the CLI's flags)."""
+        if url is None:
+            if namespace is not None:
+                raise ArgumentValueError(f"{spelled[1]} names the namespace of {spelled[0]}'s catalog: "
+                                         f"give {spelled[0]} too")
+            return None
+        return cls(url, NAMESPACE if namespace is None else namespace)
+
     @property
     def shown(self) -> str:
         return redact(resolve_url(self.url))
