@@ -92,3 +92,46 @@ def test_an_unknown_source_is_one_line(loaded):
 
 def test_an_empty_warehouse_has_an_empty_ledger(db_url):
     assert cli_json(db_url, "sources") == [] and cli_json(db_url, "loads") == []
+
+
+def test_loads_finds_each_loads_links_by_their_index_however_many_came_before(engine):
+    """A load's links (trial_loads) lie together, in the order the loads wrote them. Asked for by
+    `load_id = l.id`, PostgreSQL expected them spread evenly and scanned the table from its start
+    for each load's first: past every earlier load's links, a cost of loads × links (math×20: 133
+    ms for 16 loads; this test's 16 loads of 20,000 links were planned so). The query must take
+    the index on load_id, on both backends."""
+    loads, per_load = 16, 20_000
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO sources (id, kind, uri, name) VALUES (1, 'parquet', '/s', 's')"))
+        conn.execute(text("INSERT INTO runs (id, run_key) VALUES (1, 'r')"))
+        conn.execute(text(
+            "INSERT INTO loads (id, source_id, unit, content_hash, status, started_at, finished_at, tool_version, "
+            "n_rows, n_trials, n_episodes_new, n_episodes_duplicate, n_conflicts, n_rejected, n_turns, n_bytes) "
+            "SELECT i, 1, 'u' || CAST(i AS TEXT), 'h', 'loaded', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, 'v', "
+            "0, 0, 0, 0, 0, 0, 0, 0 FROM (" + _numbers(loads) + ") n"))
+        conn.execute(text("INSERT INTO trials (id, run_id, trial_name, status) "
+                          "SELECT i, 1, 't' || CAST(i AS TEXT), 'completed' FROM (" + _numbers(loads * per_load) + ") n"))
+        conn.execute(text("INSERT INTO trial_loads (trial_id, load_id) "
+                          f"SELECT i, (i - 1) / {per_load} + 1 FROM (" + _numbers(loads * per_load) + ") n"))
+        conn.execute(text("ANALYZE"))
+    from warehouse.filters import Filters
+    from warehouse.queries.catalog import QUERIES
+    from warehouse.queries.registry import narrow
+
+    query = QUERIES["loads"]
+    sql, binds = narrow(query.plan(query.values({}), True, Filters())[0], query.filter_slots, Filters(), None)
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            plan = [line for (line,) in conn.execute(text("EXPLAIN " + sql), {"source": None, **binds})]
+            assert not [line for line in plan if "Seq Scan on trial_loads" in line], "\n".join(plan)
+            assert [line for line in plan if "ix_trial_loads_load_id" in line], "\n".join(plan)
+        else:
+            plan = [row[-1] for row in conn.execute(text("EXPLAIN QUERY PLAN " + sql), {"source": None, **binds})]
+            assert [p for p in plan if p.startswith("SEARCH tl USING")] and not [p for p in plan if p.startswith("SCAN tl")]
+        listed = conn.execute(text(sql), {"source": None, **binds}).all()
+    assert [row[0] for row in listed] == list(range(1, loads + 1))
+
+
+def _numbers(n: int) -> str:
+    """1..n as rows of one column `i`, in SQL both backends run."""
+    return f"WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < {n}) SELECT i FROM c"
