@@ -173,6 +173,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
         if load_id is None:
             raise AlreadyLoaded(unit_name)
         writer = None
+        failed = False
         try:
             writer = UnitWriter(conn, load_id, from_hub=arrow_schema is not None,
                                 columns=removal.shard_columns(arrow_schema) if columns is None else columns,
@@ -194,11 +195,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
                         **({"removed_trials": c.removed} if c.removed else {})},
             ))
         except BaseException as exc:
-            # A unit that failed discards its side connection rather than return it to the pool:
-            # the failure may be the server's (a cut connection, which the pool's reset would
-            # meet with a logged traceback), or a stop may have left a statement of it unread.
-            if writer is not None:
-                writer.bulk.close(discard=True)
+            failed = True
             if interruption(exc) is not None:
                 # Ctrl-C or SIGTERM landing in the driver just after it sent a statement on the
                 # unit's connection (Bulk's reads go to the driver directly, past SQLAlchemy) can
@@ -209,7 +206,11 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             raise
         finally:
             if writer is not None:
-                writer.bulk.close()
+                # A unit that failed discards its side connection rather than return it to the
+                # pool: the failure may be the server's (a cut connection, which the pool's reset
+                # would meet with a logged traceback), or a stop may have left a statement of it
+                # unread.
+                writer.bulk.close(discard=failed)
                 # Freed while the collector is still paused (it resumes after the transaction
                 # ends): its first pass would otherwise scan every object the caches hold
                 # (measured: 18 ms after a unit of the math profile).
