@@ -230,12 +230,8 @@ def _planned_by_keys(conn: Connection) -> Iterator[None]:
         yield
         return
     names = sorted(_NESTED_LOOPS)
-    # Read and set in one round trip: the settings are read in the CTE, whose row the outer
-    # SELECT (which sets them) can only be projected from once it is made.
-    before = conn.execute(text(
-        "WITH before AS MATERIALIZED (SELECT " + ", ".join(f"current_setting('{n}') AS v{i}" for i, n in enumerate(names))
-        + ") SELECT " + ", ".join(f"v{i}" for i in range(len(names))) + ", "
-        + ", ".join(f"set_config('{n}', '{_NESTED_LOOPS[n]}', true)" for n in names) + " FROM before")).one()[:len(names)]
+    before = conn.execute(text("SELECT " + ", ".join(f"current_setting('{n}')" for n in names))).one()
+    conn.execute(text("SELECT " + ", ".join(f"set_config('{n}', '{_NESTED_LOOPS[n]}', true)" for n in names)))
     yield
     conn.execute(text("SELECT " + ", ".join(f"set_config('{n}', :v{i}, true)" for i, n in enumerate(names))),
                  {f"v{i}": value for i, value in enumerate(before)})
