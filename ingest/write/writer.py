@@ -14,7 +14,7 @@ The unit's summary rows (warehouse.summaries) are refreshed in the same transact
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -26,7 +26,7 @@ from sqlalchemy import Connection, Engine, select, text, update
 from ingest.process import collector
 from ingest.shape.prepare import TRIAL_FIELDS, TRIAL_ROW, Batch, prepare
 from ingest.shape.records import Rejected, Run, Trial
-from ingest.write import bulk, removal, settle
+from ingest.write import bulk, removal, settle, written_texts
 from ingest.write.conversations import Conversations
 from warehouse import summaries
 from warehouse.db import models
@@ -185,6 +185,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             removal.drop_unused_tasks(conn, (task_id for _, task_id in writer.left_keys))
             c = writer.counts
             c.n_trials = len(writer._linked)
+            mark = written_texts.mark(conn) if writer.texts is not None else None
             conn.execute(update(T["loads"]).where(T["loads"].c.id == writer.load_id).values(
                 status="loaded", finished_at=datetime.now(timezone.utc), n_rows=c.n_rows,
                 n_trials=c.n_trials, n_episodes_new=c.n_episodes_new,
@@ -215,6 +216,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
                 # ends): its first pass would otherwise scan every object the caches hold
                 # (measured: 18 ms after a unit of the math profile).
                 writer.drop_caches()
+    written_texts.committed(engine, writer.texts, mark)
 
 
 class UnitWriter:
@@ -259,6 +261,9 @@ class UnitWriter:
         # is in this unit's cache (until the cache is dropped), so a cache miss is a new row
         # and needs no lookup. A first load into an empty warehouse skips every lookup.
         self._fresh = self.bulk.empty_tables([T[name] for name in _KEYED])
+        # The texts this process wrote, when it wrote every text the warehouse holds: a text not
+        # among them is new without a lookup (ingest.write.written_texts). A unit's own only.
+        self.texts = written_texts.for_unit(conn, load_id, "messages" in self._fresh) if own_transaction else None
         # Runs and trials this unit created (while their children's cache is whole): a trial
         # of a new run, or an episode of a new trial, can only come from this unit, so a cache
         # miss under one is a new row too. And its episodes: a key repeated within the unit
@@ -447,15 +452,16 @@ class UnitWriter:
             self._created[table.name].update(ids)
         return ids
 
-    def _ensure(self, table, key_col: str, cache: dict, rows: dict[Any, tuple], other_cols: list[str]
-                ) -> dict[Any, tuple]:
+    def _ensure(self, table, key_col: str, cache: dict, rows: dict[Any, tuple], other_cols: list[str],
+                stored: Callable[[list], list] = list) -> dict[Any, tuple]:
         """Ids for single-column keys (runs, tasks, messages), creating the missing ones; the
-        rows it created, by key."""
+        rows it created, by key. `stored`: of the keys missing from the cache, those that may be
+        stored (the others are new without a lookup)."""
         missing = list(filterfalse(cache.__contains__, rows))
         if not missing:
             return {}
         if table.name not in self._fresh:
-            found = self._lookup(table, [key_col], [(k,) for k in missing], ["id"])
+            found = self._lookup(table, [key_col], [(k,) for k in stored(missing)], ["id"])
             cache.update({key[0]: values[0] for key, values in found.items()})
             missing = list(filterfalse(cache.__contains__, missing))
         new = rows if len(missing) == len(rows) else {k: rows[k] for k in missing}
@@ -470,8 +476,11 @@ class UnitWriter:
         self._ensure(T["tasks"], "name", self._task_ids, {n: () for n in names}, [])
 
     def _ensure_messages(self, messages: dict[bytes, tuple]) -> None:
+        texts = self.texts
         new = self._ensure(T["messages"], "content_hash", self._message_ids, messages,
-                           ["content", "content_raw", "n_chars"])
+                           ["content", "content_raw", "n_chars"], list if texts is None else texts.may_hold)
+        if texts is not None:
+            texts.add(new)
         # Bytes of text this unit added: only the messages it created, not those it found. A
         # text's UTF-8 is its content, or its exact bytes where the content is a safe copy.
         added = sum(len(content if raw is None else raw) for content, raw, _ in new.values())
