@@ -160,10 +160,15 @@ def _scales(data: dict[str, Path], work: Path, pg: str | None, backend: str,
         first = first or per_trial
         rss = max(r for _, r, _ in runs) / 1024
         size = runs[-1][2] / 1e6
+        # Each round's own ratio too (its 1× ran minutes before): the machine's speed drifts
+        # between rounds by more than the ratio's distance from 1.
+        rounds = sorted((s / trials[scale]) / (one / trials["1×"]) for (s, _, _), (one, _, _)
+                        in zip(runs, seen["1×"]))
+        spread = f" (rounds {rounds[0]:.2f}–{rounds[-1]:.2f}×)" if scale != "1×" else ""
         rows.append((f"ingest math {scale} → {backend}, whole process, new database",
                      f"{seconds:.1f} s ({per_trial:.3f} ms a trial)",
                      f"{trials[scale]:,} trials; {size:,.0f} MB; peak RSS {rss:,.0f} MB",
-                     f"{per_trial / first:.2f}× the per-trial cost at 1×"))
+                     f"{per_trial / first:.2f}× the per-trial cost at 1×{spread}"))
     for name in queried["1×"]:
         ms = {scale: queried[scale][name] for scale in SCALES}
         rows.append((f"{name} on math 1× / 5× / 20× ({backend}), in process",
