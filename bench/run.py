@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import subprocess
@@ -162,7 +161,6 @@ def child(method: str, dataset: Path, work: Path, pg: str | None) -> dict:
         result["seconds"] = time.perf_counter() - t0
     else:
         raise SystemExit(f"unknown method {method}")
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result
 
 

@@ -85,20 +85,33 @@ def _empty_target(work: Path, name: str, pg: str | None):
         _drop_postgres(admin, made)
 
 
+# Run by a small Python of its own, which starts the command and waits for it: Linux gives an
+# exec'd process the peak memory of the one it was spawned from as its own starting peak, so a
+# command started by this process (grown by the generator and the queries' results to hundreds of
+# MB) would report at least that much.
+_MEASURED = """
+import os, sys, time
+started = time.perf_counter()
+pid = os.posix_spawn(sys.executable, sys.argv[1:], os.environ)
+_, status, usage = os.wait4(pid, 0)
+print(f"\\n{time.perf_counter() - started} {usage.ru_maxrss}", file=sys.stderr)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def _run(command: list[str]) -> tuple[float, int]:
-    """(wall seconds, peak resident KiB of the process and the children it waited for)."""
+    """(wall seconds, peak resident KiB of the process and the children it waited for) of a
+    Python command."""
     from bench.run import ROOT
 
-    started = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - started
-    stderr = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
+    assert command[0] == sys.executable
+    done = subprocess.run([sys.executable, "-c", _MEASURED, *command], cwd=ROOT,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stderr = done.stderr.decode(errors="replace")
+    if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
-    return seconds, usage.ru_maxrss
+    seconds, peak = stderr.strip().rsplit("\n", 1)[-1].split()
+    return float(seconds), int(peak)
 
 
 def _size(target: str) -> int:
