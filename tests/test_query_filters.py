@@ -47,6 +47,11 @@ CASES: dict[str, tuple[Filters, Any]] = {
     "until a day": (Filters.of(until="2024-01-01"), lambda t: t.started_at is not None),
     "window": (Filters.of(since="2024-01-01T11:00Z", until="2024-01-01T13:00:00+00:00", task="task*"),
                lambda t: t.started_at is not None and 11 <= t.started_at.hour < 13),
+    # Past the calendar's ends: the window stops at them (every trial with a start).
+    "since an age older than year 1": (Filters.of(since="9999999999999999999999h"), lambda t: t.started_at is not None),
+    "until the calendar's last day": (Filters.of(until="9999-12-31"), lambda t: t.started_at is not None),
+    "since before year 1 in UTC": (Filters.of(since="0001-01-01T00:00+01:00", until="9999-12-31T23:59-01:00"),
+                                   lambda t: t.started_at is not None),
 }
 
 
@@ -245,6 +250,21 @@ def test_cli_filters_every_query(whole):
             {c: (v.isoformat() if hasattr(v, "isoformat") else v) for c, v in zip(want.columns, row)}
             for row in want.rows], name
         assert want.rows, name  # run-b's
+
+
+def test_a_window_past_the_calendars_ends_is_no_error(whole, tmp_path):
+    """Typed as a user says "no bound" (--until 9999-12-31, --since 1000000d), a window past the
+    calendar stops at its ends: every command that takes one answers, as without the bound."""
+    bounds = (["--until", "9999-12-31"], ["--since", "1000000d"], ["--since", "9" * 25 + "h"],
+              ["--since", "0001-01-01T00:00+01:00"], ["--until", "9999-12-31T23:59-01:00"])
+    for i, bound in enumerate(bounds):
+        for command in (["search", "a"], ["export", "hub", str(tmp_path / f"out{i}")],
+                        ["report", str(tmp_path / f"r{i}.html")]):
+            done = cli(whole, *command, *bound)
+            assert done.returncode == 0 and "Traceback" not in done.stderr, (command, bound, done.stderr)
+        bounded = cli(whole, "query", "pass-rate", *bound, "--format", "json")
+        unbounded = cli(whole, "query", "pass-rate", "--since", "2000-01-01", "--format", "json")
+        assert json.loads(bounded.stdout) == json.loads(unbounded.stdout), bound
 
 
 def test_cli_compare_takes_two_runs_by_position_or_option(whole):

@@ -61,6 +61,10 @@ def has_wildcard(glob: str) -> bool:
 _AGE = re.compile(r"(\d+)\s*([hdw])")
 _AGE_UNITS = {"h": "hours", "d": "days", "w": "weeks"}
 WHEN_FORMS = "a date (2026-06-04), a time (2026-06-04T13:00, UTC unless it names its zone) or an age (12h, 7d, 2w)"
+# Where a window past the calendar's ends stops: an age older than year 1, the day after
+# 9999-12-31, a time whose zone puts it outside the range in UTC.
+_EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+_LATEST = datetime.max.replace(tzinfo=timezone.utc)
 
 
 def parse_when(value: str | date | datetime | None, option: str, *, end: bool = False) -> datetime | None:
@@ -70,11 +74,17 @@ def parse_when(value: str | date | datetime | None, option: str, *, end: bool = 
     if value is None or isinstance(value, datetime):
         moment = value
     elif isinstance(value, date):
-        moment = datetime(value.year, value.month, value.day) + timedelta(days=1 if end else 0)
+        try:
+            moment = datetime(value.year, value.month, value.day) + timedelta(days=1 if end else 0)
+        except OverflowError:
+            moment = _LATEST
     else:
         given = str(value).strip()
         if age := _AGE.fullmatch(given):
-            moment = datetime.now(timezone.utc) - timedelta(**{_AGE_UNITS[age[2]]: int(age[1])})
+            try:
+                moment = datetime.now(timezone.utc) - timedelta(**{_AGE_UNITS[age[2]]: int(age[1])})
+            except OverflowError:
+                moment = _EARLIEST
         else:
             try:
                 if re.fullmatch(r"\d{4}-\d{2}-\d{2}", given):
@@ -84,7 +94,12 @@ def parse_when(value: str | date | datetime | None, option: str, *, end: bool = 
                 raise WarehouseError(f"{option} takes {WHEN_FORMS}, not {given!r}") from None
     if moment is None:
         return None
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    try:
+        return moment.astimezone(timezone.utc)
+    except OverflowError:
+        return _EARLIEST if moment.year == datetime.min.year else _LATEST
 
 
 def when_text(moment: datetime) -> str:
