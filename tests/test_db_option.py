@@ -125,3 +125,55 @@ def test_db_after_serve(sample_url, tmp_path):
         proc.kill()
     assert first.startswith("Serving ") and " at http://127.0.0.1:" in first, first + rest
     assert "missing.db" not in first + rest and proc.returncode == 0
+
+
+# The commands that make a warehouse where there is none, and those that never open one.
+CREATORS = {("ingest",), ("db", "upgrade")}
+NO_DATABASE = {("query", "list")}
+
+
+def _tables(url: str) -> list[str] | None:
+    """The database's tables; None for a SQLite file that is not there."""
+    from sqlalchemy import create_engine, inspect
+
+    if url.startswith("sqlite:///"):
+        if not Path(url.removeprefix("sqlite:///")).exists():
+            return None
+    engine = create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        return inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("path", sorted(set(ARGS) - CREATORS - NO_DATABASE), ids=" ".join)
+def test_a_command_given_no_warehouse_refuses_and_creates_nothing(path, empty_db_url, backend, tmp_path):
+    """A mistyped --db: every command but ingest and db upgrade says there is no warehouse, in one
+    line, and leaves no file (SQLite) and no table (PostgreSQL) behind."""
+    args = [a.replace("{out}", str(tmp_path / "out")).replace("{db}", empty_db_url) for a in ARGS[path]]
+    done = _cli(*path, *args, "--db", empty_db_url, env_db=None)
+    if path == ("db", "current") and backend == "postgresql":
+        assert (done.returncode, done.stdout) == (0, "none\n")  # a database that exists, empty
+    else:
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        said = done.stderr.splitlines()
+        # (a downgrade of an empty database is Alembic's below base)
+        why = ("no warehouse at", "holds no warehouse yet", "cannot downgrade from base")
+        assert len(said) == 1 and any(w in said[0] for w in why), said
+    assert _tables(empty_db_url) == (None if backend == "sqlite" else [])
+    assert not list(tmp_path.glob("warehouse.db*"))
+
+
+def test_an_empty_db_is_refused_not_taken_for_the_default_file(tmp_path):
+    """`--db "$DB"` with DB unset names no database: refused in one line, where it would have
+    made ./warehouse.db. (An empty WAREHOUSE_DB is unset, as shells treat it.)"""
+    env = {k: v for k, v in os.environ.items() if k != "WAREHOUSE_DB"}
+    for args in (["--db", "", "db", "upgrade"], ["db", "upgrade", "--db", " "], ["--db", "", "query", "runs"]):
+        done = forked_cli.run(args, cwd=str(tmp_path), env=env)
+        assert done.returncode == 1
+        assert done.stderr.splitlines() == [
+            "Error: the database given is empty: give postgresql://USER:PASSWORD@HOST:PORT/DATABASE or "
+            "sqlite:///PATH"], args
+    assert list(tmp_path.iterdir()) == []
+    made = forked_cli.run(["db", "upgrade"], cwd=str(tmp_path), env={**env, "WAREHOUSE_DB": ""})
+    assert made.returncode == 0 and (tmp_path / "warehouse.db").exists()

@@ -33,7 +33,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from warehouse import arguments as check
-from warehouse.db.engine import first_load, make_engine, make_read_engine, redact, resolve_url
+from warehouse.db.engine import first_load, make_engine, make_read_engine, redact, refuse_missing, resolve_url
 from warehouse.errors import ArgumentValueError, WarehouseError, database_error, first_line, interruption
 from warehouse.readonly import DEFAULT_MAX_ROW_BYTES, DEFAULT_MAX_ROWS, DEFAULT_MAX_VALUE_BYTES, DEFAULT_TIMEOUT
 
@@ -170,6 +170,8 @@ class Warehouse:
         from warehouse.db import schema
 
         with _errors():
+            if not create:
+                refuse_missing(self.url)
             schema.ensure_current(self.engine, create=create)
         return self.engine
 

@@ -13,7 +13,7 @@ from warehouse.cli.context import state
 from warehouse.cli.output import echo_err
 from warehouse.cli.writing import confirm
 from warehouse.db import integrity, schema
-from warehouse.db.engine import redact
+from warehouse.db.engine import redact, refuse_missing
 from warehouse.db.session import read_transaction
 from warehouse.errors import SchemaError, WarehouseError
 from warehouse.readonly import reader_role_note
@@ -84,6 +84,7 @@ def downgrade(
     """
     st = state(ctx)
     where = redact(st.url)
+    refuse_missing(st.url)
     _ours(st)  # a database of another program's tables: Alembic would add its version table
     losses = schema.downgrade_losses(st.engine, revision)
     if losses:

@@ -54,6 +54,8 @@ def resolve_url(db: str | None = None) -> URL:
     A plain path means a SQLite file. `postgresql://` is read as psycopg 3, and so is the
     psycopg 2 spelling `postgresql+psycopg2://` (the same server and URL; psycopg 2 itself is not
     a dependency). Anything else is refused in one line, as is a URL that cannot be read."""
+    if db is not None and not db.strip():  # `--db "$DB"` with DB unset: not the default file
+        raise WarehouseError(f"the database given is empty: give {URL_FORM}")
     spec = db or os.environ.get(ENV_VAR) or DEFAULT_DB
     if "://" not in spec:
         return URL.create("sqlite+pysqlite", database=str(Path(spec).expanduser()))
@@ -113,6 +115,14 @@ def sqlite_path(url: URL) -> Path | None:
 
 def no_warehouse(path: Path) -> WarehouseError:
     return WarehouseError(f"no warehouse at {path}: `warehouse ingest …` or `warehouse db upgrade` creates one")
+
+
+def refuse_missing(url: URL) -> None:
+    """A command that works on a warehouse, given a SQLite file that is not there: refused
+    before connecting, which would create it (only ingest and db upgrade create one)."""
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        raise no_warehouse(path)
 
 
 def make_engine(url: URL, *, for_migrations: bool = False) -> Engine:
