@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from ingest.read.traces import (
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "harbor"
+CORPUS = Path(__file__).parent / "corpus"
 JOB = FIXTURES / "jobs" / "pinchbench-147-kimi2.6"
 CALENDAR = JOB / "task-calendar__8A83BnJ"
 CHAIN = JOB / "task-session-chain-analysis__UGpJKzs"
@@ -782,7 +784,7 @@ def test_job_with_unreadable_result_json_keeps_its_trials(tmp_path):
     (job / "result.json").write_text('{"id": "j", "n_total_trials": 2, "stats": {')  # mid-write
     make_trial(job / "t__1234567")
     units = list(discover(tmp_path))
-    assert [(u.path, u.kind) for u in units] == [(job, "unsupported"), (job / "t__1234567", "trial")]
+    assert [(u.path, u.kind) for u in units] == [(job / "result.json", "unsupported"), (job / "t__1234567", "trial")]
     assert "malformed JSON" in units[0].reason
     with pytest.raises(TraceError, match="malformed JSON"):
         read_job(job)
@@ -790,6 +792,30 @@ def test_job_with_unreadable_result_json_keeps_its_trials(tmp_path):
     tj = tmp_path / "exp" / "trace_jobs"
     make_trial(tj / "r__1234567")
     assert run_key_for(only_trial(tj), None) == "exp"
+
+
+@pytest.mark.parametrize("case, file, why", [
+    ("result-empty", "result.json", "empty file, expected JSON"),
+    ("result-malformed", "result.json", "malformed JSON at line 1 column 67"),
+    ("result-truncated", "result.json", "malformed JSON at line 4"),
+    ("config-malformed", "config.json", "malformed JSON at line 2"),
+])
+def test_a_folder_whose_only_file_is_broken_names_that_file(case, file, why, tmp_path):
+    """A folder given alone whose result.json (or, with nothing below it, config.json) cannot be
+    read: the unit names the file, not the folder, so the error says which file to fix."""
+    folder = shutil.copytree(CORPUS / "traces" / case, tmp_path / case)
+    units = list(discover(folder))
+    assert [(u.path, u.kind) for u in units] == [(folder / file, "unsupported")]
+    assert why in units[0].reason
+
+
+def test_a_job_folders_broken_config_is_left_to_its_trials(tmp_path):
+    """A job's config.json that cannot be read, with trials below: the folder is searched on
+    and the trials found (each trial's unit reads the job's files and reports what fails)."""
+    job = tmp_path / "job"
+    make_trial(job / "t__1234567")
+    (job / "config.json").write_text('{"job_name": ')
+    assert [(u.path, u.kind) for u in discover(job)] == [(job / "t__1234567", "trial")]
 
 
 def test_records_are_json_serializable():

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ingest.read import atif, atif_check, limits
 from ingest.read.atif import RenderContext, TrajectoryFile
@@ -168,12 +168,19 @@ def _result_shape(path: Path) -> tuple[str, str | None]:
 
 
 def _small_json_or_none(path: Path) -> Any:
+    return _small_json(path)[0]
+
+
+def _small_json(path: Path) -> tuple[Any, str | None]:
+    """A small JSON file's value, or None and why it cannot be read (None for a large file)."""
     try:
         if path.stat().st_size > SMALL_JSON_BYTES:
-            return None
-        return load_json(path)
-    except (OSError, TraceError):
-        return None
+            return None, None
+        return load_json(path), None
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+    except TraceError as exc:
+        return None, exc.message
 
 
 # --------------------------------------------------------------------------------------------
@@ -186,34 +193,45 @@ _TB1_REASON = (
 )
 
 
-def _classify(path: Path, dirs: set[str], files: set[str]) -> tuple[str | None, str | None]:
-    """("trial" | "job" | "tb1" | "bad" | None, reason); "bad" = a result.json that cannot be
-    read in a directory that does not otherwise look like a trial."""
+class _Shape(NamedTuple):
+    """What a folder is: "trial" | "job" | "tb1" | "bad" | "unreadable" | None (nothing of
+    ours), why it cannot be used, and for "bad" (a result.json, or the config.json of a folder
+    with nothing below it, that cannot be read, in a folder that does not otherwise look like a
+    trial) that file's name, which the error names."""
+
+    kind: str | None
+    reason: str | None = None
+    file: str | None = None
+
+
+def _classify(path: Path, dirs: set[str], files: set[str]) -> _Shape:
     if "results.json" in files and "panes" in dirs:
-        return "tb1", _TB1_REASON
+        return _Shape("tb1", _TB1_REASON)
     if "results.json" in files and "run_metadata.json" in files and "result.json" not in files:
         # INFERENCE: a tb run directory (run_metadata.json + results.json) holding such trials.
-        return "tb1", _TB1_REASON
-    bad: str | None = None
+        return _Shape("tb1", _TB1_REASON)
+    bad: _Shape | None = None
     if "result.json" in files:
         shape, err = _result_shape(path / "result.json")
         if shape == "trial":
-            return "trial", None
+            return _Shape("trial")
         if shape == "job":
-            return "job", None
+            return _Shape("job")
         if shape == "error":
-            bad = err
+            bad = _Shape("bad", err, "result.json")
     if "config.json" in files:
-        cfg = _small_json_or_none(path / "config.json")
+        cfg, err = _small_json(path / "config.json")
         if _is_trial_config(cfg):
-            return "trial", None
+            return _Shape("trial")
         if _is_job_config(cfg):
-            return "job", None
+            return _Shape("job")
+        # A folder above trials is searched on, and its trials' units report a job's broken
+        # config.json as they read it; one with nothing below would say only "nothing to load".
+        if err is not None and bad is None and not dirs:
+            bad = _Shape("bad", err, "config.json")
     if "agent" in dirs or "steps" in dirs:
-        return "trial", None
-    if bad is not None:
-        return "bad", bad
-    return None, None
+        return _Shape("trial")
+    return bad or _Shape(None)
 
 
 def _listing(path: Path) -> tuple[set[str], set[str]]:
@@ -228,23 +246,26 @@ def _listing(path: Path) -> tuple[set[str], set[str]]:
     return dirs, files
 
 
-def _classify_path(path: Path) -> tuple[str | None, str | None]:
+def _classify_path(path: Path) -> _Shape:
     try:
         dirs, files = _listing(path)
     except OSError as exc:
-        return "unreadable", f"unreadable directory: {exc.strerror or exc}"
+        return _Shape("unreadable", f"unreadable directory: {exc.strerror or exc}")
     return _classify(path, dirs, files)
+
+
+def _unusable(path: Path, shape: _Shape) -> TraceUnit:
+    return TraceUnit(path=path / shape.file if shape.file else path, kind="unsupported", reason=shape.reason)
 
 
 def is_trial_dir(path: Path) -> bool:
     """Whether `discover` takes the folder for a trial directory."""
-    return path.is_dir() and _classify_path(path)[0] == "trial"
+    return path.is_dir() and _classify_path(path).kind == "trial"
 
 
 def _is_job_dir(path: Path, cache: dict[Path, bool]) -> bool:
     if path not in cache:
-        kind, _ = _classify_path(path) if path.is_dir() else (None, None)
-        cache[path] = kind == "job"
+        cache[path] = path.is_dir() and _classify_path(path).kind == "job"
     return cache[path]
 
 
@@ -279,17 +300,17 @@ def discover(root: os.PathLike[str] | str) -> Iterator[TraceUnit]:
         root.parent if root.name == "steps" else None,
     )
     for candidate in candidates:
-        if candidate is not None and _classify_path(candidate)[0] == "trial":
+        if candidate is not None and _classify_path(candidate).kind == "trial":
             yield unit_for_trial(candidate)
             return
 
-    kind, reason = _classify_path(root)
-    if kind == "trial":
+    shape = _classify_path(root)
+    if shape.kind == "trial":
         yield unit_for_trial(root)
         return
-    if kind in ("tb1", "bad", "unreadable"):
-        yield TraceUnit(path=root, kind="unsupported", reason=reason)
-        if kind != "bad":
+    if shape.kind in ("tb1", "bad", "unreadable"):
+        yield _unusable(root, shape)
+        if shape.kind != "bad":
             return
 
     errors: list[OSError] = []
@@ -307,19 +328,19 @@ def discover(root: os.PathLike[str] | str) -> Iterator[TraceUnit]:
         here = Path(dirpath)
         dirnames.sort()
         if here != root:
-            kind, reason = _classify(here, set(dirnames), set(filenames))
-            if kind == "trial":
+            shape = _classify(here, set(dirnames), set(filenames))
+            if shape.kind == "trial":
                 dirnames[:] = []
                 yield unit_for_trial(here)
                 continue
-            if kind == "tb1":
+            if shape.kind == "tb1":
                 dirnames[:] = []
-                yield TraceUnit(path=here, kind="unsupported", reason=reason)
+                yield _unusable(here, shape)
                 continue
-            if kind == "bad":
+            if shape.kind == "bad":
                 # An unreadable result.json that is not a trial's (a job's, mid-write): report
                 # it and keep searching below, so its trials are not lost.
-                yield TraceUnit(path=here, kind="unsupported", reason=reason)
+                yield _unusable(here, shape)
         kept = []
         for name in dirnames:
             full = here / name
