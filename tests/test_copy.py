@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+import forked_cli
 from conftest import _fresh_pg
 from procs import CLI, run_cli
 from test_read_never_writes import readonly_mounts, run_on_readonly_view, snapshot  # noqa: F401 (a fixture)
 from warehouse.db import schema
-from warehouse.db.engine import make_engine, resolve_url
+from warehouse.db.engine import make_engine, redact, resolve_url
 from warehouse.queries import QUERIES, run_canned
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,10 +116,26 @@ def test_what_a_copy_refuses_changes_nothing(db_url, tmp_path):
     done = run_cli(db_url, "db", "copy", db_url, str(old))
     assert done.returncode == 1 and "at revision 0014" in done.stderr and done.stderr.count("\n") == 1
     # A FROM that does not exist; FROM and TO the same.
-    done = run_cli(db_url, "db", "copy", str(tmp_path / "nope.db"), str(tmp_path / "new.db"))
+    done = forked_cli.run(["db", "copy", str(tmp_path / "nope.db"), str(tmp_path / "new.db")])
     assert done.returncode == 1 and "no warehouse at" in done.stderr and not (tmp_path / "new.db").exists()
     done = run_cli(db_url, "db", "copy", db_url, db_url)
     assert done.returncode == 1 and done.stderr.count("\n") == 1
+
+
+def test_one_database_named_is_the_target_of_dbs_warehouse(db_url, tmp_path):
+    """`warehouse --db W db copy TARGET` copies W, as every command works on --db's warehouse;
+    a SOURCE beside a different --db is refused, not silently preferred."""
+    fill(db_url, tmp_path)
+    want = run_canned(db_url, QUERIES["runs"]).rows
+    ok(db_url, "db", "copy", str(tmp_path / "a.db"))
+    assert run_canned(str(tmp_path / "a.db"), QUERIES["runs"]).rows == want
+    done = run_cli(str(tmp_path / "other.db"), "db", "copy", db_url, str(tmp_path / "b.db"))
+    assert done.returncode == 1 and done.stderr.splitlines() == [
+        f"Error: --db names {tmp_path / 'other.db'} and SOURCE {redact(resolve_url(db_url))}: give the warehouse "
+        f"to copy once"]
+    assert not (tmp_path / "b.db").exists() and not (tmp_path / "other.db").exists()
+    many = run_cli(db_url, "db", "copy", db_url, str(tmp_path / "c.db"), str(tmp_path / "d.db"))
+    assert many.returncode == 2 and "takes [SOURCE] TARGET, not 3 databases" in many.stderr
 
 
 def test_check_against_names_the_table_that_differs(db_url, tmp_path):

@@ -158,27 +158,39 @@ def check(
 
 @app.command("copy")
 def copy_command(
-    source: Annotated[str, typer.Argument(help="The warehouse to copy: a URL or a SQLite file.")],
-    target: Annotated[str, typer.Argument(help="An empty database (a URL), or a SQLite file, created if missing.")],
+    ctx: typer.Context,
+    target: Annotated[list[str], typer.Argument(
+        metavar="[SOURCE] TARGET", show_default=False,
+        help="The warehouse to copy, a URL or a SQLite file (without it, --db's); then an empty "
+             "database to copy it to, a URL or a SQLite file (created if missing).")],
 ) -> None:
     """Copy a warehouse to another database, SQLite or PostgreSQL, every table exactly.
 
-    TARGET must be empty (or an empty warehouse at SOURCE's revision). SOURCE is read in one
-    snapshot and never written; TARGET is written in one transaction, checked table by table
-    (rows and checksums) before it commits: a copy that fails leaves no row in TARGET. Ids,
-    provenance, conflicts, labels and summaries come across as they are. The search index is
-    not copied: `warehouse index build` on TARGET.
+    SOURCE is the warehouse named, or without it the one --db (or WAREHOUSE_DB) names, as for
+    every other command. TARGET must be empty (or an empty warehouse at SOURCE's revision).
+    SOURCE is read in one snapshot and never written; TARGET is written in one transaction,
+    checked table by table (rows and checksums) before it commits: a copy that fails leaves no
+    row in TARGET. Ids, provenance, conflicts, labels and summaries come across as they are. The
+    search index is not copied: `warehouse index build` on TARGET.
 
     Examples:
 
     \b
       warehouse db copy warehouse.db copy.db
+      warehouse --db team.db db copy team-copy.db
       warehouse db copy warehouse.db b.db && warehouse db check --against b.db
     """
     from warehouse.api import Warehouse
     from warehouse.db.copy import copy
 
-    source_wh, target_wh = Warehouse(source), Warehouse(target)
+    st = state(ctx)
+    if len(target) > 2:
+        raise typer.BadParameter(f"takes [SOURCE] TARGET, not {len(target)} databases", param_hint="'[SOURCE] TARGET'")
+    *named, to = target  # (one argument or two: the last is the target)
+    source_wh, target_wh = (Warehouse(named[0]) if named else st.warehouse), Warehouse(to)
+    if named and st.db_typed and source_wh.url != st.url:
+        raise WarehouseError(f"--db names {st.warehouse.name} and SOURCE {source_wh.name}: give the warehouse "
+                             f"to copy once")
     source_wh.read_engine()  # a missing SOURCE, or one at another revision: one line, before TARGET is touched
     shown = sys.stderr.isatty()
 
