@@ -225,6 +225,21 @@ def test_cell_limit(url):
     assert whole.stdout.splitlines() == ["big", "y" * 6000]
 
 
+@pytest.mark.parametrize("option", ["--max-rows", "--max-cell-bytes", "--max-row-bytes"])
+def test_a_limit_is_any_whole_number_up_to_the_largest(url, option):
+    """The largest 64-bit integer is a limit like any other (none of the database's own limits,
+    a C int on SQLite, is given more than it takes); one more is refused naming the option."""
+    largest = str(2**63 - 1)
+    for fmt in ("table", "csv"):
+        done = cli(url, "sql", "-f", fmt, option, largest, "SELECT 1 AS x")
+        assert done.returncode == 0 and done.stdout.split() in (["x", "─", "1"], ["x", "1"]), done.stderr
+    over = cli(url, "sql", option, str(2**63), "SELECT 1")
+    assert over.returncode == 2 and f"Invalid value for '{option}'" in over.stderr and "Traceback" not in over.stderr
+    if option == "--max-rows":
+        searched = cli(url, "search", "x", "--limit", str(2**63))
+        assert searched.returncode == 2 and "Invalid value for '--limit'" in searched.stderr
+
+
 def test_table_streams_rows_at_one_width(url):
     """The table prints every row under the row cap, one line each, at the sampled widths."""
     rows = ("WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 300) "

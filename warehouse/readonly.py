@@ -554,7 +554,8 @@ def _sqlite_readonly(url: URL, timeout: float, deadline: float, snapshot: bool,
         raw.set_progress_handler(past_deadline, _SQLITE_TICKS)
         # A cap on any one string or blob a statement builds or reads: randomblob(1e9) is
         # refused at once instead of taking seconds in one VM step and a gigabyte of memory.
-        length = raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_value_bytes or -1)
+        # (The limit is a C int, and SQLite lowers any value to its own build's maximum.)
+        length = raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, min(max_value_bytes, 2**31 - 1) if max_value_bytes else -1)
         try:
             yield _Begun(conn), describe, sqlite3.Error
         finally:

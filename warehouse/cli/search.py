@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from warehouse import search as search_lib
+from warehouse.arguments import MAX_INT
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.filtering import narrowed
@@ -39,7 +40,7 @@ def search(
     regex: Annotated[bool, typer.Option(
         "--regex", help="TEXT is a regular expression: PostgreSQL's own (POSIX), or on SQLite Python's re "
         "dialect.")] = False,
-    limit: Annotated[int, typer.Option("--limit", min=1,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=MAX_INT,
                                        help="Print at most this many hits (with --by trial: trials).")] = 50,
     fmt: FormatOption = Format.table,
     wide: WideOption = False,

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from warehouse.arguments import MAX_INT
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import echo_err
@@ -27,7 +28,7 @@ def serve(
     timeout: Annotated[float, typer.Option(
         "--timeout", help="Stop a page's reads after this many seconds.")] = PAGE_TIMEOUT,
     max_rows: Annotated[int, typer.Option(
-        "--max-rows", min=1, help="Show at most this many rows of a canned query.")] = PAGE_ROWS,
+        "--max-rows", min=1, max=MAX_INT, help="Show at most this many rows of a canned query.")] = PAGE_ROWS,
 ) -> None:
     """Browse the warehouse in a web browser: runs, trials, trajectories, diffs, queries, search.
 

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 from typer.core import TyperCommand
 
+from warehouse.arguments import MAX_INT
 from warehouse.cli.app import app
 from warehouse.cli.context import state
 from warehouse.cli.output import Format, FormatOption, WideOption, echo_err, write_rows
@@ -74,12 +75,12 @@ def sql(
     timeout: Annotated[float, typer.Option(
         "--timeout", callback=_timeout,
         help="Stop after this many seconds (the whole command, printing included).")] = DEFAULT_TIMEOUT,
-    max_rows: Annotated[int, typer.Option("--max-rows", min=1, help="Print at most this many rows.")] = DEFAULT_MAX_ROWS,
+    max_rows: Annotated[int, typer.Option("--max-rows", min=1, max=MAX_INT, help="Print at most this many rows.")] = DEFAULT_MAX_ROWS,
     max_cell_bytes: Annotated[int, typer.Option(
-        "--max-cell-bytes", min=1,
+        "--max-cell-bytes", min=1, max=MAX_INT,
         help="Largest value printed: a table cuts a larger one, CSV and JSON refuse it.")] = DEFAULT_MAX_CELL_BYTES,
     max_row_bytes: Annotated[int, typer.Option(
-        "--max-row-bytes", min=1,
+        "--max-row-bytes", min=1, max=MAX_INT,
         help="Largest row read (its values together): a larger one is refused.")] = DEFAULT_MAX_ROW_BYTES,
 ) -> None:
     """Run one read-only SQL query and print its rows.
@@ -98,7 +99,7 @@ def sql(
     """
     text = sys.stdin.read() if query == "-" else query
     _watchdog(timeout)
-    read_limit = max_cell_bytes * (TABLE_READ_FACTOR if fmt is Format.table else 1)
+    read_limit = min(max_cell_bytes * (TABLE_READ_FACTOR if fmt is Format.table else 1), MAX_INT)
     with state(ctx).warehouse.sql_stream(text, dict(param or []), timeout=timeout, max_rows=max_rows,
                                          max_value_bytes=read_limit, max_row_bytes=max_row_bytes) as rows:
         write_rows(rows.columns, rows, fmt, max_cell_bytes=max_cell_bytes, wide=wide)
