@@ -163,8 +163,8 @@ CASES = [
     Case("db-without-value", None, ("--db",), 2, "requires an argument"),
     Case("downgrade-without-revision", "{tmp}/x.db", ("db", "downgrade"), 2, "Missing argument"),
     Case("k-zero", "{tmp}/x.db", ("query", "pass-at-k", "--k", "0"), 2, "expected positive integers"),
-    Case("search-limit-negative", "{tmp}/x.db", ("search", "x", "--limit", "-1"), 2, "not in the range x>=1"),
-    Case("sql-max-rows-zero", "{tmp}/x.db", ("sql", "SELECT 1", "--max-rows", "0"), 2, "not in the range x>=1"),
+    Case("search-limit-negative", "{tmp}/x.db", ("search", "x", "--limit", "-1"), 2, "not in the range 1<=x<=9223372036854775807"),
+    Case("sql-max-rows-zero", "{tmp}/x.db", ("sql", "SELECT 1", "--max-rows", "0"), 2, "not in the range 1<=x<=9223372036854775807"),
 ]
 
 

@@ -15,6 +15,7 @@ import query_fixture
 from query_fixture import cli
 from warehouse.errors import WarehouseError
 from warehouse.readonly import run_readonly
+from warehouse.sqlcheck import ONLY_QUERIES
 
 TRIALS = 22  # in tests/query_fixture.py
 
@@ -59,6 +60,18 @@ def test_writes_are_refused(url, engine, backend, sql):
         assert "one statement at a time" in message or (backend == "sqlite" and "read-only" in message)
     else:
         assert "read-only" in message
+
+
+@pytest.mark.parametrize("sql, word", [
+    ("VACUUM", "VACUUM"), ("ANALYZE", "ANALYZE"), ("  /* a comment */ create temp table t (x int)", "CREATE"),
+    ("DELETE FROM trials", "DELETE"), ("REINDEX", "REINDEX"),
+])
+def test_a_refusal_names_the_statement_written(url, engine, backend, sql, word):
+    """Not what SQLite's authorizer saw it do (VACUUM attaches, ANALYZE and CREATE TEMP insert
+    into a schema table): the statement the user wrote, as PostgreSQL's grammar names it."""
+    if backend == "postgresql" and word == "REINDEX":
+        sql = "REINDEX TABLE trials"
+    assert assert_refused(url, engine, sql) == f"Error: read-only: {word} is not allowed; {ONLY_QUERIES}"
 
 
 @pytest.mark.parametrize("sql", [

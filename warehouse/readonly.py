@@ -40,6 +40,7 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import re
 import sqlite3
 import threading
 import time
@@ -370,7 +371,15 @@ class ReadSession:
 
         def sqlite(raw):
             cursor = raw.cursor()
-            cursor.execute(statement, values)
+            try:
+                cursor.execute(statement, values)
+            except sqlite3.DatabaseError as exc:
+                # The authorizer sees what a statement does (VACUUM attaches, ANALYZE inserts
+                # into sqlite_master); the user wrote the statement, which is what is named.
+                word = _leading_word(statement)
+                if any(said in str(exc) for said in _SQLITE_DENIALS) and word not in _SQLITE_QUERY_WORDS:
+                    raise WarehouseError(f"read-only: {word} is not allowed; {ONLY_QUERIES}") from None
+                raise
             if cursor.description is None:  # the authorizer let only queries compile
                 raise WarehouseError("no SQL statement given")
             return cursor
@@ -440,6 +449,20 @@ class ReadSession:
             if self._interrupted:
                 raise WarehouseError(too_long(self._timeout)) from None
             raise WarehouseError(self._describe_error(exc)) from None
+
+
+# The first words of SQLite statements that may be queries (whose refusals the authorizer's
+# message explains), and of those whose own refusal says more (PRAGMA's setting).
+_SQLITE_QUERY_WORDS = frozenset({None, "SELECT", "WITH", "VALUES", "EXPLAIN", "PRAGMA"})
+# SQLite's words for a statement its authorizer denied: as it compiles, and as it runs (VACUUM).
+_SQLITE_DENIALS = ("not authorized", "authorization denied")
+_LEADING = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$)|\()*([A-Za-z]+)", re.S)
+
+
+def _leading_word(sql: str) -> str | None:
+    """A statement's first keyword in capitals, past blanks, comments and parentheses."""
+    found = _LEADING.match(sql)
+    return found[1].upper() if found else None
 
 
 def _compile(sql: str, params: Mapping[str, Any], dialect) -> tuple[str, Any]:

@@ -95,7 +95,8 @@ def check_postgres(sql: str) -> str:
         if kind != "SelectStmt":
             raise WarehouseError(f"read-only: EXPLAIN of {_kind(kind)} is not allowed; {ONLY_QUERIES}")
     if kind != "SelectStmt":
-        raise WarehouseError(f"read-only: {_kind(kind)} is not allowed; {ONLY_QUERIES}")
+        named = "ANALYZE" if kind == "VacuumStmt" and not body.get("is_vacuumcmd") else _kind(kind)
+        raise WarehouseError(f"read-only: {named} is not allowed; {ONLY_QUERIES}")
     for node, fields in _nodes(body):
         if node.endswith("Stmt") and node != "SelectStmt":
             raise WarehouseError(f"read-only: {_kind(node)} inside a query is not allowed")
