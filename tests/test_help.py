@@ -269,6 +269,15 @@ def test_an_option_is_the_same_option_everywhere():
 
 
 @pytest.mark.parametrize("typer", ["installed", "lowest"])
+def test_dash_h_is_help_everywhere(typer):
+    """-h is --help on every command and group (gh's and git's subcommands take it too)."""
+    for path in PATHS:
+        short = forked_cli.run([*path, "-h"], env={**_env(typer), "COLUMNS": "80"}, timeout=120)
+        assert short.returncode == 0 and short.stdout == _help(typer, path), path
+        assert "-h, --help" in short.stdout, path
+
+
+@pytest.mark.parametrize("typer", ["installed", "lowest"])
 @pytest.mark.parametrize("path", GROUPS, ids=lambda p: " ".join(p) or "warehouse")
 def test_a_group_lists_each_command_with_its_whole_summary(typer, path):
     """Each command with the first paragraph its own help opens with, whole (Click would cut it

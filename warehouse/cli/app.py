@@ -95,6 +95,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # -h as well, as gh and git's subcommands take it (every command's context inherits it).
+    context_settings={"help_option_names": ["-h", "--help"]},
     # Plain help, as Click writes it: Rich would cost its import on every --help.
     rich_markup_mode=None,
     help="""The trajectory warehouse: agent trajectories from Harbor runs and Hub datasets, in SQL.
