@@ -98,12 +98,20 @@ def downgrade(
 def current(ctx: typer.Context) -> None:
     """Print the schema revision the database is at ("none" for an empty database).
 
+    A database that holds tables but no schema version (not a warehouse) is refused, as every
+    other command refuses it.
+
     Examples:
 
     \b
       warehouse db current
     """
-    typer.echo(schema.current_revision(state(ctx).read_engine(check_schema=False)) or "none")
+    engine = state(ctx).read_engine(check_schema=False)
+    current = schema.current_revision(engine)
+    if current is None and not schema.is_empty(engine):
+        raise SchemaError(f"{redact(engine.url)} holds tables but no warehouse schema version: point --db at a "
+                          f"warehouse")
+    typer.echo(current or "none")
 
 
 @app.command()
