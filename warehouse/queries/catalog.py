@@ -749,8 +749,10 @@ QUERIES: dict[str, CannedQuery] = {q.name: q for q in (
             "that loaded it.\n\n"
             "SOURCE (a source's name or URI, as `warehouse sources` lists it) keeps that source's. "
             "A unit is loaded once per content: a unit changed on disk loads again as a new row. "
-            "tool_version is the warehouse's version and schema_revision the schema it wrote "
-            "(empty for loads by code before it recorded one)."
+            "bytes is the UTF-8 of the texts the unit stored new (0 for a unit whose texts were "
+            "all stored already), not the file's size. tool_version is the warehouse's version "
+            "and schema_revision the schema it wrote (empty for loads by code before it recorded "
+            "one)."
         ),
         params=(Param("source", str, None, "Only this source (its name or URI).", positional=True),),
         sql=sql_file("loads"),
