@@ -146,14 +146,19 @@ def refresh_statistics(engine: Engine, summary: Summary) -> None:
 
 
 def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, summary: Summary, progress,
-                    warn, ahead: Started | None = None) -> int:
-    source_id = writer.ensure_source(engine, source.kind, source.uri, source.name, source.revision, source.card)
+                    warn, ahead: Started | None = None) -> int | None:
+    # A source new to the warehouse is recorded by its first unit that loads (writer.NewSource);
+    # one it holds gets its revision as the Hub reports it now.
+    source_id = writer.find_source(engine, source.kind, source.uri)
+    if source_id is not None:
+        source_id = writer.ensure_source(engine, source.kind, source.uri, source.name, source.revision, source.card)
+    new = writer.NewSource(source.kind, source.uri, source.name, source.revision, source.card)
     run_key = run or source.name
     # A source never loaded before is new shard after shard: the reader starts on each while this
     # process hashes it and opens its unit, instead of after (the first batch comes that much
     # sooner). For any other source the hash decides first, so a re-ingest starts no reader (a
     # reader started ahead on its first shard is stopped by the next job, or at the end).
-    new_source = not writer.has_loads(engine, source_id)
+    new_source = source_id is None or not writer.has_loads(engine, source_id)
     for shard in source.shards:
         progress.unit(source.name, shard.name, _file_size(shard))
         if new_source and ahead is not None and ahead.shard == shard:
@@ -167,14 +172,16 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
             fail(summary, f"{shard}: cannot read: {exc.strerror or exc}", warn)
             continue
         unit_name = relative_unit(shard, source.root)
-        if writer.is_loaded(engine, source_id, unit_name, content_hash):  # (its started batches are dropped)
+        if source_id is not None and writer.is_loaded(engine, source_id, unit_name, content_hash):
+            # (its started batches are dropped)
             summary.units_skipped += 1
             continue
         with one_unit(summary, warn, shard, lambda exc: _shard_error(shard, exc)):
             items = iter(items or reader.run(_prepared_batches, shard, source.name, run))
             start: ShardStart = next(items)  # the reader opened the shard and checked its schema
             done = 0
-            with writer.unit(engine, source_id, unit_name, content_hash, start.schema_json, start.columns) as unit:
+            with writer.unit(engine, new if source_id is None else source_id, unit_name, content_hash,
+                             start.schema_json, start.columns) as unit:
                 for batch in items:
                     if batch.rejected and not keep_going:
                         first = batch.rejected[0]
@@ -184,6 +191,7 @@ def _ingest_parquet(engine, reader: Reader, source: Source, run, keep_going, sum
                     done += len(batch.trials) + len(batch.rejected)
                     progress.rows(done, start.n_rows)
             summary.add(unit.counts)
+            source_id = unit.source_id
     return source_id
 
 

@@ -32,32 +32,39 @@ def ingest_traces(engine, source: Source, units: list[traces.TraceUnit], run: st
             fail(summary, f"{unit.path}: {unit.reason}", warn)
     if not trials:
         return None
-    source_id = writer.ensure_source(engine, source.kind, source.uri, source.name)
+    # Recorded by its first unit that loads, if the warehouse does not hold it (writer.NewSource).
+    source_id = writer.find_source(engine, source.kind, source.uri)
     jobs_seen: set[Path] = set()
     for unit in trials:
         name = relative_unit(unit.path, source.root)
         progress.unit(source.name, "" if name == "." else name, 0)  # (a source that is one trial)
-        _ingest_trial(engine, source, source_id, unit, run, summary, warn, jobs_seen)
+        source_id = _ingest_trial(engine, source, source_id, unit, run, summary, warn, jobs_seen)
     for job_dir, job_trials in _whole_jobs(source, trials).items():
-        _remove_deleted_trials(engine, source, source_id, job_dir, job_trials, run, summary, warn)
+        source_id = _remove_deleted_trials(engine, source, source_id, job_dir, job_trials, run, summary, warn)
     return source_id
 
 
-def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit, run, summary: Summary,
-                  warn, jobs_seen: set[Path]) -> None:
+def _as_given(source: Source, source_id: int | None) -> int | writer.NewSource:
+    """What writer.unit takes for the source: its id, or the source to record with the unit."""
+    return writer.NewSource(source.kind, source.uri, source.name) if source_id is None else source_id
+
+
+def _ingest_trial(engine, source: Source, source_id: int | None, unit: traces.TraceUnit, run, summary: Summary,
+                  warn, jobs_seen: set[Path]) -> int | None:
+    """The trial folder's unit; the source's id once a unit of it is in the warehouse."""
     with one_unit(summary, warn, unit.path, lambda exc: _trial_error(unit, exc)):
         content_hash = traces.hash_trial_dir(unit.path)
         unit_name = relative_unit(unit.path, source.root)
-        if writer.is_loaded(engine, source_id, unit_name, content_hash):
+        if source_id is not None and writer.is_loaded(engine, source_id, unit_name, content_hash):
             summary.units_skipped += 1
-            return
+            return source_id
         run_key = traces.run_key_for(unit, run)
         with traces.one_trial():  # what is read from here on is held until the trial is written
             trial = traces.read_trial(unit, run_key)
             job = None
             if unit.job_dir is not None and unit.job_dir not in jobs_seen:
                 job = traces.read_job(unit.job_dir, run)
-        with writer.unit(engine, source_id, unit_name, content_hash) as w:
+        with writer.unit(engine, _as_given(source, source_id), unit_name, content_hash) as w:
             if job is not None:
                 w.add_runs([job])
             w.add_trials([trial], {run_key: traces.run_name_for(unit, run)})
@@ -66,6 +73,8 @@ def _ingest_trial(engine, source: Source, source_id: int, unit: traces.TraceUnit
         summary.add(w.counts)
         summary.trials_incomplete += trial.status == "incomplete"
         summary.trials_atif_problems += "validation" in trial.detail
+        return w.source_id
+    return source_id
 
 
 def _whole_jobs(source: Source, trials: list[traces.TraceUnit]) -> dict[Path, list[traces.TraceUnit]]:
@@ -78,8 +87,8 @@ def _whole_jobs(source: Source, trials: list[traces.TraceUnit]) -> dict[Path, li
     return jobs
 
 
-def _remove_deleted_trials(engine, source: Source, source_id: int, job_dir: Path, trials: list[traces.TraceUnit],
-                           run, summary: Summary, warn) -> None:
+def _remove_deleted_trials(engine, source: Source, source_id: int | None, job_dir: Path,
+                           trials: list[traces.TraceUnit], run, summary: Summary, warn) -> int | None:
     """After a job's trial folders: the unfinished trials stored from it that the job deleted
     (`harbor jobs resume` does, before it runs them again under new names; see ingest.write.removal),
     removed in a unit of their own named for the job's folder, which carries the job's facts
@@ -93,14 +102,14 @@ def _remove_deleted_trials(engine, source: Source, source_id: int, job_dir: Path
                 continue
         with engine.connect() as conn:
             if not removal.deleted_trials(conn, run_keys, job_dir, ()):
-                return  # (the job's files are read only when a trial may be gone)
+                return source_id  # (the job's files are read only when a trial may be gone)
             job = traces.read_job(job_dir, run)
             counted = traces.trials_counted(job)
             gone = removal.deleted_trials(conn, run_keys, job_dir, counted)
         if not gone:
-            return
+            return source_id
         identity = json.dumps([[t.trial_name, t.trial_id, t.loads] for t in gone])
-        with writer.unit(engine, source_id, relative_unit(job_dir, source.root),
+        with writer.unit(engine, _as_given(source, source_id), relative_unit(job_dir, source.root),
                          hashlib.sha256(identity.encode()).hexdigest()) as w:
             gone = removal.deleted_trials(w.conn, run_keys, job_dir, counted)  # again, under the write lock
             if not gone:  # another ingest removed them first
@@ -111,6 +120,8 @@ def _remove_deleted_trials(engine, source: Source, source_id: int, job_dir: Path
             w.left_keys.update(removal.remove_trials(w.conn, gone))
             w.counts.removed += [t.trial_name for t in gone]
         summary.add(w.counts)
+        return w.source_id
+    return source_id
 
 
 def record_job(engine, source: Source, job_dir: Path, run, summary: Summary, warn) -> None:
@@ -126,12 +137,12 @@ def record_job(engine, source: Source, job_dir: Path, run, summary: Summary, war
         for name in ("config.json", "result.json"):
             path = job_dir / name
             digest.update(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"\1"))
-        source_id = writer.ensure_source(engine, source.kind, source.uri, source.name)
+        source_id = writer.find_source(engine, source.kind, source.uri)
         unit_name = relative_unit(job_dir, source.root)
-        if writer.is_loaded(engine, source_id, unit_name, digest.hexdigest()):
+        if source_id is not None and writer.is_loaded(engine, source_id, unit_name, digest.hexdigest()):
             summary.units_skipped += 1
             return
-        with writer.unit(engine, source_id, unit_name, digest.hexdigest()) as w:
+        with writer.unit(engine, _as_given(source, source_id), unit_name, digest.hexdigest()) as w:
             w.add_runs([job])
         summary.add(w.counts)
 

@@ -135,3 +135,28 @@ def test_loads_finds_each_loads_links_by_their_index_however_many_came_before(en
 def _numbers(n: int) -> str:
     """1..n as rows of one column `i`, in SQL both backends run."""
     return f"WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < {n}) SELECT i FROM c"
+
+
+def test_a_source_none_of_whose_units_loads_is_not_recorded(db_url, engine, tmp_path):
+    """A mistyped or corrupt file, a folder whose one trial is broken: the ingest fails in one
+    line and the ledger gains no source (its row is written with its first unit that loads). A
+    source with a bad shard and a good one is recorded once, by the good one."""
+    (tmp_path / "bad.parquet").write_bytes(b"")
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    trial = tmp_path / "broken-trial"
+    trial.mkdir()
+    (trial / "result.json").write_text("")
+    for source in ("bad.parquet", "bad.jsonl", "broken-trial"):
+        done = run_cli(db_url, "ingest", str(tmp_path / source))
+        assert done.returncode == 1 and str(tmp_path / source) in done.stderr.splitlines()[0], done.stderr
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM sources")).scalar() == 0
+    assert cli_json(db_url, "sources") == []
+    mixed = tmp_path / "mixed" / "data"
+    (mixed / "train-00000-of-00002.parquet").parent.mkdir(parents=True)
+    (mixed / "train-00000-of-00002.parquet").write_bytes(b"PAR1 not really")
+    write_shard(mixed / "train-00001-of-00002.parquet", [hub_row("m__1", 0, [("user", "q"), ("assistant", "a")])])
+    done = run_cli(db_url, "ingest", str(tmp_path / "mixed"), "--keep-going")
+    assert "1 loaded" in done.stderr and "1 failed" in done.stderr, done.stderr
+    [source] = cli_json(db_url, "sources")
+    assert (source["source"], source["units"], source["trials"]) == ("mixed", 1, 1)

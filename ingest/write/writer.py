@@ -77,16 +77,40 @@ class UnitCounts:
     removed: list[str] = field(default_factory=list)  # trials the unit deleted (ingest.write.removal), by name
 
 
+@dataclass(frozen=True)
+class NewSource:
+    """A source the warehouse does not hold yet, given to `unit` in place of its id: recorded in
+    the transaction of its first unit, so that a source none of whose units loads (a mistyped
+    file, a corrupt shard) leaves no row in `sources`."""
+
+    kind: str
+    uri: str
+    name: str
+    revision: str | None = None
+    card: dict | None = None
+
+
+def find_source(engine: Engine, kind: str, uri: str) -> int | None:
+    with engine.connect() as conn:
+        return conn.execute(select(T["sources"].c.id).where(
+            T["sources"].c.kind == kind, T["sources"].c.uri == uri)).scalar()
+
+
 def ensure_source(engine: Engine, kind: str, uri: str, name: str, revision: str | None = None,
                   card: dict | None = None) -> int:
     with write_transaction(engine) as conn:
-        bulk.insert_one_or_skip(conn, T["sources"], dict(kind=kind, uri=uri, name=name, revision=revision,
-                                                         card=card), ["kind", "uri"])
-        row = conn.execute(select(T["sources"].c.id, T["sources"].c.revision).where(
-            T["sources"].c.kind == kind, T["sources"].c.uri == uri)).one()
-        if revision is not None and row.revision != revision:
-            conn.execute(update(T["sources"]).where(T["sources"].c.id == row.id).values(revision=revision))
-        return row.id
+        return _ensure_source(conn, NewSource(kind, uri, name, revision, card))
+
+
+def _ensure_source(conn: Connection, source: NewSource) -> int:
+    """The source's id, its row added if missing; its revision updated where it has a new one."""
+    bulk.insert_one_or_skip(conn, T["sources"], dict(kind=source.kind, uri=source.uri, name=source.name,
+                                                     revision=source.revision, card=source.card), ["kind", "uri"])
+    row = conn.execute(select(T["sources"].c.id, T["sources"].c.revision).where(
+        T["sources"].c.kind == source.kind, T["sources"].c.uri == source.uri)).one()
+    if source.revision is not None and row.revision != source.revision:
+        conn.execute(update(T["sources"]).where(T["sources"].c.id == row.id).values(revision=source.revision))
+    return row.id
 
 
 def name_source_runs(engine: Engine, source_id: int, name: str | None, *, rename: bool = False,
@@ -156,14 +180,16 @@ class AlreadyLoaded(Exception):
 
 
 @contextmanager
-def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
+def unit(engine: Engine, source: int | NewSource, unit_name: str, content_hash: str,
          arrow_schema: str | None = None, columns: frozenset[str] | None = None) -> Iterator["UnitWriter"]:
     """Write one unit in one transaction. Raises AlreadyLoaded when the ledger has it.
+    `source`: its id, or a NewSource recorded with the unit (the writer's `source_id` then).
     `columns`: the shard's column names, when the caller has them (else read from `arrow_schema`,
     which takes pyarrow)."""
     started = datetime.now(timezone.utc)
     with collector.paused(), write_transaction(engine, check_references=False) as conn:
         bulk.lock_for_writing(conn)
+        source_id = source if isinstance(source, int) else _ensure_source(conn, source)
         load_id = bulk.insert_one_or_skip(conn, T["loads"], dict(
             source_id=source_id, unit=unit_name, content_hash=content_hash, status="loading",
             started_at=started, finished_at=started, tool_version=__version__, arrow_schema=arrow_schema,
@@ -178,6 +204,7 @@ def unit(engine: Engine, source_id: int, unit_name: str, content_hash: str,
             writer = UnitWriter(conn, load_id, from_hub=arrow_schema is not None,
                                 columns=removal.shard_columns(arrow_schema) if columns is None else columns,
                                 own_transaction=True)
+            writer.source_id = source_id
             yield writer
             writer.settle()
             writer.flush()  # the summaries are computed from the rows written
@@ -230,6 +257,7 @@ class UnitWriter:
         self.conn = conn
         self.bulk = bulk.Bulk(conn)
         self.load_id = load_id
+        self.source_id: int | None = None  # (set by `unit`)
         # A Parquet shard's rows, or a trace directory (richer: its trial wins, see settle).
         self.from_hub = from_hub
         self.columns = columns  # the shard's columns
