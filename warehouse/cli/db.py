@@ -13,7 +13,7 @@ from warehouse.cli.context import state
 from warehouse.cli.output import echo_err
 from warehouse.cli.writing import confirm
 from warehouse.db import integrity, schema
-from warehouse.db.engine import redact, refuse_missing
+from warehouse.db.engine import not_a_warehouse, redact, refuse_missing
 from warehouse.db.session import read_transaction
 from warehouse.errors import SchemaError, WarehouseError
 from warehouse.readonly import reader_role_note
@@ -109,8 +109,7 @@ def current(ctx: typer.Context) -> None:
     engine = state(ctx).read_engine(check_schema=False)
     current = schema.current_revision(engine)
     if current is None and not schema.is_empty(engine):
-        raise SchemaError(f"{redact(engine.url)} holds tables but no warehouse schema version: point --db at a "
-                          f"warehouse")
+        raise not_a_warehouse(redact(engine.url))
     typer.echo(current or "none")
 
 

@@ -117,6 +117,11 @@ def no_warehouse(path: Path) -> WarehouseError:
     return WarehouseError(f"no warehouse at {path}: `warehouse ingest …` or `warehouse db upgrade` creates one")
 
 
+def not_a_warehouse(where: str | Path) -> SchemaError:
+    """The one line for a database of another program's tables (no schema version)."""
+    return SchemaError(f"{where} holds tables but no warehouse schema version: point --db at a warehouse")
+
+
 def refuse_missing(url: URL) -> None:
     """A command that works on a warehouse, given a SQLite file that is not there: refused
     before connecting, which would create it (only ingest and db upgrade create one)."""
@@ -262,7 +267,7 @@ def _refuse_foreign(path: Path) -> None:
     finally:
         conn.close()
     if tables and "alembic_version" not in tables:
-        raise SchemaError(f"{path} holds tables but no warehouse schema version: point --db at a warehouse")
+        raise not_a_warehouse(path)
 
 
 def _begin_immediate(conn) -> None:

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, inspect, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 
-from warehouse.db.engine import make_engine, redact
+from warehouse.db.engine import make_engine, not_a_warehouse, redact
 from warehouse.errors import SchemaError, first_line
 
 if TYPE_CHECKING:
@@ -285,7 +285,7 @@ def ensure_current(engine: Engine, *, create: bool = False) -> None:
             raise SchemaError(
                 f"{where} holds no warehouse yet: run `warehouse ingest …` or `warehouse db upgrade`"
             )
-        raise SchemaError(f"{where} holds tables but no warehouse schema version: point --db at a warehouse")
+        raise not_a_warehouse(where)
     if current not in _known_revisions():
         raise _unknown_revision(engine, current)
     raise SchemaError(f"{where} is at schema {current}, this tool needs {head}: run `warehouse db upgrade`")
